@@ -19,7 +19,6 @@ from typing import Any, Mapping, Optional, Tuple
 
 SCHEMA_VERSION = 1
 
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 def frozen_map(d: Optional[Mapping[str, Any]]) -> Optional[Mapping[str, Any]]:
@@ -93,10 +92,10 @@ class Facts:
     cudnn: CudnnInfo = field(default_factory=CudnnInfo)
     gpus: Optional[Tuple[GpuInfo, ...]] = None
     env: Optional[Mapping[str, str]] = None
-    imports: Mapping[str, ImportStatus] = _EMPTY
+    imports: Mapping[str, ImportStatus] = field(default_factory=dict)
     python: PythonInfo = field(default_factory=PythonInfo)
     host: Optional[str] = None
-    unknown: Mapping[str, str] = _EMPTY  # fact path -> why it could not be probed
+    unknown: Mapping[str, str] = field(default_factory=dict)  # fact path -> why it could not be probed
     source: str = "probe"  # "probe" or the snapshot file it came from
 
     def with_changes(self, **changes: Any) -> "Facts":
@@ -285,9 +284,10 @@ SEVERITIES = ("error", "warning", "info")
 class Fix:
     description: str
     pins: Tuple[str, ...] = ()
-    env: Mapping[str, str] = _EMPTY
+    env: Mapping[str, str] = field(default_factory=dict)
     config: Tuple[str, ...] = ()
     cost: Optional[str] = None
+    verified: Optional[bool] = None  # True: re-checking with it applied clears the finding
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,92 @@
+"""What-if: the facts as they would be after applying pins, environment settings and
+workload changes (`check --assume flash-attn==2.5.8 --assume-env NVTE_FLASH_ATTN=1`).
+
+An assumed pin updates every fact it implies: a torch pin moves torch's CUDA version and the
+cuDNN it bundles (and so the cuDNN it loads); an nvidia-cudnn-cuXX pin moves the cuDNN torch
+loads. Pure functions: nothing here touches the machine.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields, replace
+from typing import Any, Iterable, Mapping, Optional, Tuple
+
+from doctor.errors import InputError
+from doctor.model import ContextParallel, Facts, Workload, frozen_map
+from doctor.rules.conditions import normalize_dist
+
+_PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*([0-9][^\s;]*)\s*$")
+
+
+def parse_pin(text: str) -> Tuple[str, str]:
+    m = _PIN.match(text)
+    if not m:
+        raise InputError(f"--assume {text!r}: expected NAME==VERSION", hint="e.g. --assume flash-attn==2.5.8")
+    return normalize_dist(m.group(1)), m.group(2)
+
+
+def parse_env_assignment(text: str) -> Tuple[str, Optional[str]]:
+    """NAME=VALUE sets, NAME= sets empty, NAME (no '=') unsets."""
+    name, eq, value = text.partition("=")
+    if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+        raise InputError(f"--assume-env {text!r}: expected NAME=VALUE", hint="e.g. --assume-env NVTE_FLASH_ATTN=1")
+    return name, (value if eq else None)
+
+
+def _short(version: str) -> str:
+    parts = version.split(".")
+    return ".".join(parts[:3])
+
+
+def apply_pins(facts: Facts, pins: Iterable[str]) -> Facts:
+    from doctor.releases import torch_bundle
+
+    packages = dict(facts.packages or {})
+    torch, cudnn = facts.torch, facts.cudnn
+    for text in pins:
+        name, version = parse_pin(text)
+        packages[name] = version
+        if name == "torch":
+            bundle = torch_bundle(version)
+            torch = replace(torch, version=version)
+            if bundle is not None:
+                torch = replace(torch, cuda=bundle.cuda, cudnn_version=_short(bundle.cudnn) if bundle.cudnn else None)
+                if bundle.cudnn:
+                    # pip resolves torch's exact cuDNN pin: the wheel is replaced with it.
+                    for dist in list(packages):
+                        if dist.startswith("nvidia-cudnn-cu"):
+                            del packages[dist]
+                    if bundle.cudnn_dist:
+                        packages[bundle.cudnn_dist] = bundle.cudnn
+                    short = _short(bundle.cudnn)
+                    cudnn = replace(cudnn, version=short, loaded=short, installed=short, bundled=short)
+        elif name.startswith("nvidia-cudnn-cu"):
+            short = _short(version)
+            cudnn = replace(cudnn, version=short, loaded=short, installed=short)
+            torch = replace(torch, cudnn_version=short)
+    return replace(facts, packages=frozen_map(packages) if facts.packages is not None or packages else None, torch=torch, cudnn=cudnn)
+
+
+def apply_env(facts: Facts, assignments: Mapping[str, Optional[str]]) -> Facts:
+    env = dict(facts.env or {})
+    for name, value in assignments.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return replace(facts, env=frozen_map(env))
+
+
+def apply_workload(workload: Workload, changes: Mapping[str, Any]) -> Workload:
+    if not changes:
+        return workload
+    names = {f.name for f in fields(Workload)}
+    kwargs = {}
+    for key, value in changes.items():
+        if key == "context_parallel" and isinstance(value, Mapping):
+            value = ContextParallel(**{**workload.context_parallel.__dict__, **value})
+        if key not in names:
+            raise InputError(f"unknown workload field {key!r} in a fix")
+        kwargs[key] = value
+    return replace(workload, **kwargs)

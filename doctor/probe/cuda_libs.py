@@ -1,0 +1,242 @@
+"""cuDNN and CUDA runtime libraries on disk: pip wheels (nvidia-*) and system installs.
+
+Versions come from the wheel's distribution metadata, from full-version library file names
+(libcudnn.so.9.1.0) and from cudnn_version.h. Nothing is loaded: what torch actually loads
+is a child-process fact (doctor/probe/child.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+
+from doctor.probe.packages import Dist, PackageScan
+from doctor.probe.sources import LDCONFIG_TIMEOUT_S, Sources
+
+_CUDNN_DIST = re.compile(r"^nvidia-cudnn-cu(\d+)$")
+_RUNTIME_DIST = re.compile(r"^nvidia-cuda-runtime(-cu\d+)?$")
+_SO_VERSION = re.compile(r"\.so\.(\d+(?:\.\d+)*)$")
+_DEFINE = re.compile(r"^\s*#\s*define\s+CUDNN_(MAJOR|MINOR|PATCHLEVEL)\s+(\d+)", re.M)
+_CUDNN_HEADERS = ("cudnn_version.h", "cudnn_version_v9.h", "cudnn_version_v8.h", "cudnn.h")
+
+
+@dataclass(frozen=True)
+class CudnnWheel:
+    dist: str  # nvidia-cudnn-cu12
+    version: str  # the distribution version, 9.1.0.70
+    lib_dir: Optional[str]  # folder holding libcudnn.so.*
+
+
+@dataclass(frozen=True)
+class SystemCudnn:
+    path: str
+    version: Optional[str]  # 9.1.0, or only the major (9) when nothing better is known
+    source: str  # file name, header, or soname
+
+
+@dataclass(frozen=True)
+class CudaLibs:
+    cudnn_wheels: Tuple[CudnnWheel, ...]
+    cudnn_system: Tuple[SystemCudnn, ...]
+    runtime: Optional[str]
+    runtime_source: Optional[str]
+    runtime_wheels: Mapping[str, str]
+    notes: Tuple[Tuple[str, str], ...]  # (fact path, why it is unknown)
+
+
+def cudnn_release(version: Optional[str]) -> Optional[str]:
+    """cuDNN release from a wheel version or file name: 9.1.0.70 -> 9.1.0; 9 stays 9."""
+    if not version:
+        return None
+    parts = re.findall(r"\d+", version.split("+", 1)[0])[:3]
+    return ".".join(parts) if parts else None
+
+
+def version_key(version: Optional[str]) -> Tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version or ""))[:4]
+
+
+def header_version(path: Path) -> Optional[str]:
+    """x.y.z from the CUDNN_MAJOR / MINOR / PATCHLEVEL defines of a cuDNN header."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    found = dict((k, v) for k, v in _DEFINE.findall(text))
+    if "MAJOR" not in found:
+        return None
+    return f"{found['MAJOR']}.{found.get('MINOR', '0')}.{found.get('PATCHLEVEL', '0')}"
+
+
+def _headers_in(folders: Iterable[str]) -> Optional[Tuple[str, str]]:
+    for folder in folders:
+        for name in _CUDNN_HEADERS:
+            path = Path(folder, name)
+            version = header_version(path)
+            if version:
+                return version, str(path)
+    return None
+
+
+def _libs_in(folder: str, prefix: str) -> List[str]:
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return sorted(
+        os.path.join(folder, n) for n in names if n == prefix or n.startswith(prefix + ".")
+    )
+
+
+def _file_version(path: str) -> Optional[str]:
+    """Version in a library file name, following symlinks: libcudnn.so.9 -> 9.1.0."""
+    for candidate in (os.path.realpath(path), path):
+        m = _SO_VERSION.search(os.path.basename(candidate))
+        if m:
+            return m.group(1)
+    return None
+
+
+def _record_dir(dist: Dist, lib_prefix: str) -> Optional[str]:
+    """The folder the wheel installed `lib_prefix`.* into, from its RECORD file."""
+    record = dist.metadata.parent / "RECORD"
+    try:
+        lines = record.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        rel = line.split(",", 1)[0]
+        base = rel.rsplit("/", 1)[-1]
+        if base == lib_prefix or base.startswith(lib_prefix + "."):
+            return os.path.normpath(os.path.join(dist.site_dir, os.path.dirname(rel)))
+    return None
+
+
+def _wheel_lib_dir(dist: Dist, cuda_major: str, lib_prefix: str, folder: str) -> Optional[str]:
+    found = _record_dir(dist, lib_prefix)
+    if found:
+        return found
+    for sub in (("nvidia", folder, "lib"), ("nvidia", f"cu{cuda_major}", "lib")):
+        candidate = os.path.join(dist.site_dir, *sub)
+        if _libs_in(candidate, lib_prefix):
+            return candidate
+    return None
+
+
+def _ldconfig_paths(src: Sources, prefix: str) -> Tuple[List[str], Optional[str]]:
+    if not src.use_ldconfig:
+        return [], None
+    exe = src.find_program("ldconfig") or ("/sbin/ldconfig" if os.path.exists("/sbin/ldconfig") else None)
+    if exe is None:
+        return [], "ldconfig not found"
+    res = src.run([exe, "-p"], LDCONFIG_TIMEOUT_S, None)
+    if not res.ok:
+        why = "timed out" if res.timed_out else (res.error or f"exit code {res.returncode}")
+        return [], f"`ldconfig -p` failed: {why}"
+    paths = []
+    for line in res.stdout.splitlines():
+        name, _, target = line.partition("=>")
+        name = name.strip().split(" ", 1)[0]
+        if name == prefix or name.startswith(prefix + "."):
+            paths.append(target.strip())
+    return paths, None
+
+
+def _system_dirs(src: Sources) -> List[str]:
+    dirs = list(src.system_lib_dirs)
+    for d in src.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep):
+        if d and d not in dirs:
+            dirs.append(d)
+    return dirs
+
+
+def _system_cudnn(
+    src: Sources, wheel_dirs: Set[str], ld_paths: Sequence[str]
+) -> Tuple[SystemCudnn, ...]:
+    candidates: List[str] = list(ld_paths)
+    for d in _system_dirs(src):
+        candidates.extend(_libs_in(d, "libcudnn.so"))
+    seen: Set[str] = set()
+    found: List[SystemCudnn] = []
+    for path in candidates:
+        real = os.path.realpath(path)
+        if real in seen or os.path.dirname(real) in wheel_dirs or not os.path.exists(real):
+            continue
+        seen.add(real)
+        version = _file_version(path)
+        source = os.path.basename(real)
+        if version is None or version.count(".") < 2:
+            inc = os.path.join(os.path.dirname(os.path.dirname(real)), "include")
+            hdr = _headers_in([inc, *src.system_include_dirs])
+            if hdr and (version is None or hdr[0].split(".")[0] == version.split(".")[0]):
+                version, source = hdr
+        found.append(SystemCudnn(path=path, version=version, source=source))
+    # one entry per library: keep the most specific name for each real file
+    return tuple(found)
+
+
+def _runtime(
+    scan: PackageScan, src: Sources, wheel_dirs: Iterable[str]
+) -> Tuple[Optional[str], Optional[str]]:
+    for name, dist in scan.dists.items():
+        if _RUNTIME_DIST.match(name):
+            return dist.version, f"{dist.metadata}"
+    toolkit = scan.dists.get("cuda-toolkit")
+    if toolkit is not None:
+        return toolkit.version, str(toolkit.metadata)
+    for d in list(wheel_dirs) + _system_dirs(src):
+        for lib in _libs_in(d, "libcudart.so"):
+            v = _file_version(lib)
+            if v and v.count(".") >= 1:
+                return v, os.path.realpath(lib)
+    for root in ("/usr/local/cuda",):
+        try:
+            data = json.loads(Path(root, "version.json").read_text())
+            return str(data["cuda"]["version"]), os.path.join(root, "version.json")
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    return None, None
+
+
+def probe(scan: PackageScan, src: Sources) -> CudaLibs:
+    """cuDNN wheels, system cuDNN, CUDA runtime version and the nvidia-* runtime wheels."""
+    notes: List[Tuple[str, str]] = []
+    wheels: List[CudnnWheel] = []
+    for name, dist in sorted(scan.dists.items()):
+        m = _CUDNN_DIST.match(name)
+        if m:
+            lib_dir = _wheel_lib_dir(dist, m.group(1), "libcudnn.so", "cudnn")
+            wheels.append(CudnnWheel(dist=name, version=dist.version, lib_dir=lib_dir))
+    wheel_dirs = {os.path.realpath(w.lib_dir) for w in wheels if w.lib_dir}
+    cudart_dirs: List[str] = []
+    for name, dist in scan.dists.items():
+        if _RUNTIME_DIST.match(name):
+            major = (re.findall(r"\d+", name) or [dist.version.split(".")[0]])[0]
+            d = _wheel_lib_dir(dist, major, "libcudart.so", "cuda_runtime")
+            if d:
+                cudart_dirs.append(d)
+    ld_paths, ld_problem = _ldconfig_paths(src, "libcudnn.so")
+    if ld_problem:
+        notes.append(("cudnn.system", f"{ld_problem}; searched only the usual folders"))
+    system = _system_cudnn(src, wheel_dirs, ld_paths)
+    runtime, runtime_source = _runtime(scan, src, cudart_dirs)
+    if runtime is None:
+        notes.append(("cuda.runtime", "no CUDA runtime wheel or libcudart found"))
+    runtime_wheels: Dict[str, str] = {
+        name: dist.version
+        for name, dist in sorted(scan.dists.items())
+        if (name.startswith("nvidia-") and name != "nvidia-ml-py" and not _CUDNN_DIST.match(name))
+        or name.startswith("cuda-")
+    }
+    return CudaLibs(
+        cudnn_wheels=tuple(wheels),
+        cudnn_system=system,
+        runtime=runtime,
+        runtime_source=runtime_source,
+        runtime_wheels=runtime_wheels,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,294 @@
+"""Condition trees over named facts, evaluated in three-valued logic.
+
+A leaf predicate is true, false, or unknown (a fact it needs could not be probed). `all` is
+false if any child is false, unknown if any is unknown, else true; `any` mirrors it; `not`
+keeps unknown. The operator set is closed: COMPARE_OPS plus the package / backend /
+framework leaves. Nothing here evaluates code.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from doctor.model import WORKLOAD_DERIVED, BackendStatus, CudaInfo, CudnnInfo, Facts, TorchInfo, Workload
+
+# --------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class Value:
+    known: bool
+    value: Any = None
+    reason: str = ""  # why it is unknown
+
+
+def _unknown(path: str, facts: Facts, default: str) -> Value:
+    for key in (path, path.split(".")[0]):
+        if key in facts.unknown:
+            return Value(False, reason=f"{path}: {facts.unknown[key]}")
+    return Value(False, reason=f"{path}: {default}")
+
+
+FACT_PATHS = frozenset(
+    [f"torch.{f.name}" for f in fields(TorchInfo)]
+    + [f"cuda.{f.name}" for f in fields(CudaInfo)]
+    + [f"cudnn.{f.name}" for f in fields(CudnnInfo)]
+    + ["gpu.sm", "gpu.sm_max", "gpu.name", "gpu.count", "gpu.memory_mib", "python.version", "python.implementation"]
+    + [f"workload.{f.name}" for f in fields(Workload) if f.name not in ("source", "defaulted", "context_parallel")]
+    + [f"workload.{name}" for name in WORKLOAD_DERIVED]
+)
+FACT_PREFIXES = ("env.", "imports.", "package.")
+
+
+def is_known_fact_path(path: str) -> bool:
+    return path in FACT_PATHS or path.startswith(FACT_PREFIXES)
+
+
+def normalize_dist(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def resolve(path: str, facts: Facts, workload: Workload) -> Value:
+    """The value of a named fact, or unknown with the reason."""
+    head, _, rest = path.partition(".")
+    if head == "workload":
+        return Value(True, getattr(workload, rest))
+    if head == "env":
+        if facts.env is None:
+            return _unknown(path, facts, "environment variables were not probed")
+        return Value(True, facts.env.get(rest))
+    if head == "package":
+        if facts.packages is None:
+            return _unknown(path, facts, "installed packages were not probed")
+        return Value(True, facts.packages.get(normalize_dist(rest)))
+    if head == "imports":
+        name, _, attr = rest.rpartition(".")
+        st = facts.imports.get(name)
+        if st is None:
+            return _unknown(path, facts, f"import of {name} was not tried")
+        return Value(True, getattr(st, attr))
+    if head == "gpu":
+        if not facts.gpus:
+            why = "no GPU found" if facts.gpus == () else "GPUs were not probed"
+            return _unknown(path, facts, why)
+        if rest == "count":
+            return Value(True, len(facts.gpus))
+        if rest == "sm":
+            return Value(True, min(g.sm for g in facts.gpus))
+        if rest == "sm_max":
+            return Value(True, max(g.sm for g in facts.gpus))
+        if rest == "name":
+            return Value(True, facts.gpus[0].name)
+        if rest == "memory_mib":
+            mems = [g.memory_mib for g in facts.gpus if g.memory_mib is not None]
+            return Value(True, min(mems)) if mems else _unknown(path, facts, "GPU memory unknown")
+    if head in ("torch", "cuda", "cudnn", "python"):
+        section = getattr(facts, head)
+        val = getattr(section, rest)
+        if val is not None:
+            return Value(True, val)
+        # A torch whose version.py was read has a known `cuda: None` (a CPU or ROCm build).
+        if head == "torch" and rest in ("cuda", "hip") and facts.torch.version is not None:
+            return Value(True, None)
+        if head == "torch" and rest == "version" and facts.packages is not None:
+            return Value(True, None)  # torch is not installed
+        return _unknown(path, facts, "not probed")
+    raise KeyError(path)
+
+
+# --------------------------------------------------------------------------- comparisons
+
+
+@lru_cache(maxsize=4096)
+def parse_version(text: str) -> Optional[Version]:
+    try:
+        return Version(str(text))
+    except InvalidVersion:
+        m = re.match(r"^\s*(\d+(?:\.\d+)*)", str(text))
+        return Version(m.group(1)) if m else None
+
+
+@lru_cache(maxsize=2048)
+def parse_spec(text: str) -> SpecifierSet:
+    return SpecifierSet(text, prereleases=True)
+
+
+def version_matches(version: str, spec: str) -> bool:
+    """PEP 440 match that ignores local labels (2.4.0+cu121 satisfies <=2.4.0) and lets
+    pre-releases such as NGC's 2.3.0a0+6ddf5cf.nv24.04 match like their release."""
+    v = parse_version(version)
+    if v is None:
+        return False
+    public = Version(v.base_version)
+    return parse_spec(spec).contains(public, prereleases=True)
+
+
+def _ordered(a: Any, b: Any) -> Tuple[Any, Any]:
+    if isinstance(a, str) or isinstance(b, str):
+        va, vb = parse_version(str(a)), parse_version(str(b))
+        if va is not None and vb is not None:
+            return Version(va.base_version), Version(vb.base_version)
+    return a, b
+
+
+def _cmp(op: str) -> Callable[[Any, Any], bool]:
+    def run(a: Any, b: Any) -> bool:
+        if a is None:
+            return False
+        x, y = _ordered(a, b)
+        try:
+            return {"lt": x < y, "le": x <= y, "gt": x > y, "ge": x >= y}[op]
+        except TypeError:
+            return False
+
+    return run
+
+
+def _eq(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
+        return a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    return str(a) == str(b)
+
+
+OPERATORS: Dict[str, Callable[[Any, Any], bool]] = {
+    "eq": _eq,
+    "ne": lambda a, b: not _eq(a, b),
+    "lt": _cmp("lt"),
+    "le": _cmp("le"),
+    "gt": _cmp("gt"),
+    "ge": _cmp("ge"),
+    "in": lambda a, b: any(_eq(a, x) for x in b),
+    "not_in": lambda a, b: not any(_eq(a, x) for x in b),
+    "version": lambda a, b: a is not None and version_matches(str(a), b),
+    "matches": lambda a, b: a is not None and re.search(b, str(a)) is not None,
+    "is_set": lambda a, b: (a is not None and a != "") == b,
+}
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Result of a condition: True, False or None (unknown) with the missing facts."""
+
+    value: Optional[bool]
+    missing: Tuple[str, ...] = ()
+
+
+TRUE = Outcome(True)
+FALSE = Outcome(False)
+
+
+class Context:
+    """Everything a condition can see: facts, workload, and backend availability so far."""
+
+    def __init__(
+        self,
+        facts: Facts,
+        workload: Workload,
+        backends: Optional[Mapping[str, BackendStatus]] = None,
+        selections: Optional[Mapping[str, Optional[str]]] = None,
+    ) -> None:
+        self.facts = facts
+        self.workload = workload
+        self.backends: Mapping[str, BackendStatus] = backends or {}
+        self.selections: Mapping[str, Optional[str]] = selections or {}
+        self._cache: Dict[str, Value] = {}
+
+    def value(self, path: str) -> Value:
+        v = self._cache.get(path)
+        if v is None:
+            v = resolve(path, self.facts, self.workload)
+            self._cache[path] = v
+        return v
+
+
+def evaluate(cond: Mapping[str, Any], ctx: Context) -> Outcome:
+    if "all" in cond:
+        missing: Tuple[str, ...] = ()
+        for child in cond["all"]:
+            r = evaluate(child, ctx)
+            if r.value is False:
+                return FALSE
+            if r.value is None:
+                missing += r.missing
+        return Outcome(None, missing) if missing else TRUE
+    if "any" in cond:
+        missing = ()
+        for child in cond["any"]:
+            r = evaluate(child, ctx)
+            if r.value is True:
+                return TRUE
+            if r.value is None:
+                missing += r.missing
+        return Outcome(None, missing) if missing else FALSE
+    if "not" in cond:
+        r = evaluate(cond["not"], ctx)
+        return r if r.value is None else Outcome(not r.value)
+    if "package" in cond:
+        v = ctx.value("package." + cond["package"])
+        if not v.known:
+            return Outcome(None, (v.reason,))
+        if "installed" in cond and (v.value is not None) != cond["installed"]:
+            return FALSE
+        if "version" in cond:
+            return Outcome(v.value is not None and version_matches(v.value, cond["version"]))
+        return TRUE
+    if "backend" in cond:
+        st = ctx.backends.get(cond["backend"])
+        if st is None:
+            return FALSE if cond.get("available", True) or cond.get("selected") else TRUE
+        if "available" in cond:
+            if st.available is None:
+                return Outcome(None, (f"backend {st.id}: " + "; ".join(st.reasons),))
+            if st.available != cond["available"]:
+                return FALSE
+        if "selected" in cond and st.selected != cond["selected"]:
+            return FALSE
+        return TRUE
+    if "framework" in cond:
+        fw = cond["framework"]
+        if fw not in ctx.selections:
+            return FALSE  # framework not installed: nothing to say about it
+        sel = ctx.selections[fw]
+        statuses = [b for b in ctx.backends.values() if b.framework == fw]
+        undecided = any(b.available is None for b in statuses)
+        if "has_backend" in cond:
+            if sel is None and undecided:
+                reasons = tuple(r for b in statuses if b.available is None for r in b.reasons)
+                return Outcome(None, reasons)
+            if (sel is not None) != cond["has_backend"]:
+                return FALSE
+        if "selects" in cond:
+            if sel is None and undecided:
+                return Outcome(None, (f"{fw}: backend choice undecided",))
+            if sel != cond["selects"]:
+                return FALSE
+        return TRUE
+    path = cond["fact"] if "fact" in cond else "env." + cond["env"]
+    v = ctx.value(path)
+    if not v.known:
+        return Outcome(None, (v.reason,))
+    for op, arg in cond.items():
+        if op in ("fact", "env"):
+            continue
+        if not OPERATORS[op](v.value, arg):
+            return FALSE
+    return TRUE
+
+
+def validate_spec(text: str) -> Optional[str]:
+    try:
+        SpecifierSet(text)
+    except InvalidSpecifier as exc:
+        return str(exc)
+    return None

@@ -1,0 +1,229 @@
+"""Evaluate the catalogue: which backend each framework can use and would pick, then findings.
+
+1. A framework counts when its `installed` condition holds.
+2. A backend is available when its library is installed and no `disables` rule fires;
+   an undecidable disabling rule makes availability unknown, never "available".
+3. Each framework picks the first available backend in its preference order for this GPU.
+4. Finding rules then see facts, workload and backend availability.
+5. Each fix a finding offers is verified by re-evaluating with the fix applied: a fix that
+   would leave the finding (or create another error) is dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from doctor.model import BackendStatus, Facts, Finding, Fix, Workload
+from doctor.rules.conditions import Context, Outcome, evaluate
+from doctor.rules.loader import Catalogue, Rule
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    rule_id: str
+    status: str  # fired | passed | not_evaluated
+    missing: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    backends: Tuple[BackendStatus, ...]
+    findings: Tuple[Finding, ...]
+    results: Tuple[RuleResult, ...]  # every rule, for --strict, lint and the rule tests
+    selections: Tuple[Tuple[str, Optional[str]], ...]  # framework id -> selected backend id
+
+    def result(self, rule_id: str) -> RuleResult:
+        for r in self.results:
+            if r.rule_id == rule_id:
+                return r
+        raise KeyError(rule_id)
+
+
+_PLACEHOLDER = re.compile(r"\{([a-z_]+):([^{}]+)\}|\{([A-Za-z0-9_.\-]+)\}")
+
+
+def render(template: str, ctx: Context) -> str:
+    def sub(m: "re.Match[str]") -> str:
+        func, arg, path = m.group(1), m.group(2), m.group(3)
+        if func == "reasons":  # every backend of a framework with why it is out
+            parts = [
+                f"{b.name}: {'; '.join(b.reasons) or 'available'}"
+                for b in ctx.backends.values()
+                if b.framework == arg
+            ]
+            return " | ".join(parts) or "no backends"
+        if func == "selected":
+            sel = ctx.selections.get(arg)
+            return ctx.backends[sel].name if sel else "none"
+        if path is None:
+            return m.group(0)
+        try:
+            v = ctx.value(path)
+        except (KeyError, AttributeError):
+            return m.group(0)
+        if not v.known:
+            return "unknown"
+        if v.value is None:
+            return "unset" if path.startswith("env.") else "none"
+        if isinstance(v.value, bool):
+            return "yes" if v.value else "no"
+        if path == "gpu.sm":
+            return f"sm{v.value}"
+        return str(v.value)
+
+    return _PLACEHOLDER.sub(sub, template)
+
+
+def _backends(cat: Catalogue, facts: Facts, workload: Workload) -> Tuple[Dict[str, BackendStatus], Dict[str, Optional[str]]]:
+    ctx = Context(facts, workload)
+    by_backend: Dict[str, List[Rule]] = {}
+    for r in cat.rules:
+        if r.disables:
+            by_backend.setdefault(r.disables, []).append(r)
+    statuses: Dict[str, BackendStatus] = {}
+    selections: Dict[str, Optional[str]] = {}
+    for fw in cat.frameworks:
+        fw_in = evaluate(fw.installed, ctx)
+        if fw_in.value is False:
+            continue
+        for b in fw.backends:
+            reasons: List[str] = []
+            unknown: List[str] = []
+            fired: List[str] = []
+            if fw_in.value is None:
+                unknown.extend(fw_in.missing)
+            inst = evaluate(b.installed, ctx) if b.installed else Outcome(True)
+            if inst.value is False:
+                reasons.append("library not installed")
+            elif inst.value is None:
+                unknown.extend(inst.missing)
+            for rule in by_backend.get(b.id, ()):
+                out = evaluate(rule.when, ctx)
+                if out.value is True:
+                    reasons.append(render(rule.message, ctx))
+                    fired.append(rule.id)
+                elif out.value is None:
+                    unknown.append(f"{rule.id} not evaluated ({'; '.join(out.missing)})")
+            if reasons:
+                available: Optional[bool] = False
+            elif unknown:
+                available, reasons = None, unknown
+            else:
+                available = True
+            statuses[b.id] = BackendStatus(
+                id=b.id,
+                framework=fw.id,
+                name=b.name,
+                available=available,
+                reasons=tuple(dict.fromkeys(reasons)),
+                rule_ids=tuple(fired),
+            )
+        order: Sequence[str] = ()
+        for sel in fw.selection:
+            if sel.when is None or evaluate(sel.when, ctx).value is True:
+                order = sel.order
+                break
+        chosen = next((bid for bid in order if statuses[bid].available is True), None)
+        selections[fw.id] = chosen
+        if chosen:
+            statuses[chosen] = replace(statuses[chosen], selected=True)
+    return statuses, selections
+
+
+def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
+    statuses, selections = _backends(cat, facts, workload)
+    ctx = Context(facts, workload, statuses, selections)
+    findings: List[Finding] = []
+    results: List[RuleResult] = []
+    for rule in cat.rules:
+        if rule.disables:
+            st = statuses.get(rule.disables)
+            if st is None:
+                results.append(RuleResult(rule.id, "passed"))  # framework absent: nothing to disable
+            elif rule.id in st.rule_ids:
+                results.append(RuleResult(rule.id, "fired"))
+            else:
+                out = evaluate(rule.when, ctx)
+                status = "not_evaluated" if out.value is None else ("fired" if out.value else "passed")
+                results.append(RuleResult(rule.id, status, out.missing))
+            continue
+        out = evaluate(rule.when, ctx)
+        if out.value is False:
+            results.append(RuleResult(rule.id, "passed"))
+            continue
+        status = "fired" if out.value else "not_evaluated"
+        results.append(RuleResult(rule.id, status, out.missing))
+        findings.append(
+            Finding(
+                rule_id=rule.id,
+                severity=rule.severity or "info",
+                title=render(rule.title, ctx),
+                message=render(rule.message, ctx),
+                status=status,
+                fixes=tuple(
+                    replace(f, description=render(f.description, ctx), cost=render(f.cost, ctx) if f.cost else None)
+                    for f in rule.fixes
+                ),
+                sources=rule.sources,
+                missing=tuple(dict.fromkeys(out.missing)),
+                area=rule.area,
+                kernels=rule.kernels,
+            )
+        )
+    order = {"error": 0, "warning": 1, "info": 2}
+    findings.sort(key=lambda f: (f.status != "fired", order.get(f.severity, 3), f.rule_id))
+    return Diagnosis(
+        backends=tuple(statuses.values()),
+        findings=tuple(findings),
+        results=tuple(results),
+        selections=tuple(selections.items()),
+    )
+
+
+# --------------------------------------------------------------------------- fix verification
+
+
+def apply_fix(facts: Facts, workload: Workload, fix: Fix, workload_changes: Optional[dict] = None) -> Tuple[Facts, Workload]:
+    from doctor.assume import apply_env, apply_pins, apply_workload
+
+    if fix.pins:
+        facts = apply_pins(facts, fix.pins)
+    if fix.env:
+        facts = apply_env(facts, dict(fix.env))
+    if workload_changes:
+        workload = apply_workload(workload, workload_changes)
+    return facts, workload
+
+
+def fix_clears(cat: Catalogue, facts: Facts, workload: Workload, rule_id: str, fix: Fix, workload_changes: Optional[dict] = None) -> Tuple[bool, Tuple[str, ...]]:
+    """Does applying `fix` clear `rule_id` without firing a new error? Returns (ok, new errors)."""
+    before = {f.rule_id for f in diagnose(cat, facts, workload).findings if f.status == "fired" and f.severity == "error"}
+    f2, w2 = apply_fix(facts, workload, fix, workload_changes)
+    after = diagnose(cat, f2, w2)
+    fired = {f.rule_id for f in after.findings if f.status == "fired"}
+    new_errors = tuple(
+        sorted(f.rule_id for f in after.findings if f.status == "fired" and f.severity == "error" and f.rule_id not in before)
+    )
+    return rule_id not in fired and not new_errors, new_errors
+
+
+def verified_fixes(cat: Catalogue, facts: Facts, workload: Workload, diagnosis: Diagnosis) -> Tuple[Finding, ...]:
+    """Findings with only the fixes that, applied alone, clear them and add no new error."""
+    out: List[Finding] = []
+    for finding in diagnosis.findings:
+        if finding.status != "fired" or not finding.fixes:
+            out.append(finding)
+            continue
+        rule = cat.rule(finding.rule_id)
+        kept: List[Fix] = []
+        for fix, raw, wl in zip(finding.fixes, rule.fixes, rule.fix_workloads):
+            if not (raw.pins or raw.env or wl):
+                kept.append(fix)  # advice we cannot re-check (e.g. a code change): keep, unverified
+                continue
+            ok, _ = fix_clears(cat, facts, workload, finding.rule_id, raw, wl)
+            if ok:
+                kept.append(fix)
+        out.append(replace(finding, fixes=tuple(kept)))
+    return tuple(out)

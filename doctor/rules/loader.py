@@ -1,0 +1,496 @@
+"""Load and validate the YAML catalogue: frameworks with their backends, and rules.
+
+Every problem is a RuleError naming `file:line`, the rule id and a hint. A validated
+catalogue is cached as JSON (keyed by the files' paths, sizes and mtimes) so that the
+static `check` does not pay for YAML parsing and schema validation on every run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import yaml
+
+from doctor.errors import RuleError
+from doctor.model import Fix
+
+CACHE_FORMAT = 3
+
+
+# --------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class Backend:
+    id: str
+    name: str
+    framework: str
+    installed: Optional[Mapping[str, Any]] = None
+    cost: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Selection:
+    order: Tuple[str, ...]
+    when: Optional[Mapping[str, Any]] = None
+    note: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Framework:
+    id: str
+    name: str
+    installed: Mapping[str, Any]
+    backends: Tuple[Backend, ...]
+    selection: Tuple[Selection, ...]
+    sources: Tuple[str, ...]
+    path: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    message: str
+    when: Mapping[str, Any]
+    sources: Tuple[str, ...]
+    tests: Mapping[str, Any]
+    path: str
+    line: int
+    severity: Optional[str] = None  # findings
+    disables: Optional[str] = None  # backend rules: the backend id this rule switches off
+    area: str = "general"
+    fixes: Tuple[Fix, ...] = ()
+    fix_workloads: Tuple[Mapping[str, Any], ...] = ()  # per fix: workload changes it implies
+    kernels: Tuple[str, ...] = ()
+    silent_wrong_results: bool = False
+
+    @property
+    def kind(self) -> str:
+        return "backend" if self.disables else "finding"
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    frameworks: Tuple[Framework, ...]
+    rules: Tuple[Rule, ...]
+
+    @property
+    def backends(self) -> Dict[str, Backend]:
+        return {b.id: b for fw in self.frameworks for b in fw.backends}
+
+    def rule(self, rule_id: str) -> Rule:
+        for r in self.rules:
+            if r.id == rule_id:
+                return r
+        raise KeyError(rule_id)
+
+
+# --------------------------------------------------------------------------- YAML with lines
+
+
+class _LineDict(dict):  # type: ignore[type-arg]
+    line: int = 0
+    key_lines: Dict[str, int]
+
+
+def _make_loader() -> type:
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class Loader(base):  # type: ignore[misc, valid-type]
+        pass
+
+    def construct_mapping(loader: Any, node: yaml.MappingNode) -> _LineDict:
+        loader.flatten_mapping(node)
+        d = _LineDict()
+        d.line = node.start_mark.line + 1
+        d.key_lines = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if key in d:
+                raise RuleError(
+                    f"duplicate key {key!r}",
+                    line=key_node.start_mark.line + 1,
+                    hint="each key may appear once in a mapping",
+                )
+            d[key] = loader.construct_object(value_node, deep=True)
+            d.key_lines[str(key)] = key_node.start_mark.line + 1
+        return d
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    return Loader
+
+
+_Loader = _make_loader()
+
+
+def read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RuleError("file not found", path=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RuleError(f"cannot read: {exc}", path=str(path)) from None
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - safe loader subclass
+    except RuleError as exc:
+        exc.path = str(path)
+        raise
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise RuleError(
+            f"invalid YAML: {problem}",
+            path=str(path),
+            line=mark.line + 1 if mark else None,
+            hint="only plain YAML is accepted (no python tags)",
+        ) from None
+
+
+def _line_of(doc: Any, path: Sequence[Any]) -> Tuple[int, Optional[str]]:
+    """Deepest known line on the path into `doc`, and the id of the enclosing rule."""
+    line, rule_id, node = getattr(doc, "line", 0), None, doc
+    for step in path:
+        if isinstance(node, dict):
+            if isinstance(node.get("id"), str):
+                rule_id = node["id"]
+            line = getattr(node, "key_lines", {}).get(str(step), line)
+            node = node.get(step)
+        elif isinstance(node, list) and isinstance(step, int) and step < len(node):
+            node = node[step]
+        else:
+            break
+        if hasattr(node, "line"):
+            line = node.line
+    if isinstance(node, dict) and isinstance(node.get("id"), str):
+        rule_id = node["id"]
+    return line, rule_id
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _schema_errors(doc: Any) -> List[Tuple[Sequence[Any], str]]:
+    import jsonschema
+
+    from doctor.rules.schema import RULE_FILE
+
+    validator = jsonschema.Draft202012Validator(RULE_FILE)
+    out = []
+    for err in sorted(validator.iter_errors(doc), key=lambda e: len(list(e.absolute_path))):
+        best = err
+        if err.context:  # oneOf: report the branch that got furthest
+            best = max(err.context, key=lambda e: len(list(e.absolute_path)))
+        out.append((list(best.absolute_path), _explain(best)))
+    return out
+
+
+def _explain(err: Any) -> str:
+    if err.validator == "additionalProperties":
+        extra = re.findall(r"'([^']+)' was unexpected", err.message)
+        return f"unknown key {', '.join(repr(e) for e in extra) or err.message}"
+    if err.validator == "required":
+        return err.message.replace("is a required property", "is required")
+    return err.message
+
+
+def _fail(path: Path, doc: Any, where: Sequence[Any], msg: str, hint: Optional[str] = None) -> RuleError:
+    line, rule_id = _line_of(doc, where)
+    prefix = f"rule {rule_id}: " if rule_id else ""
+    return RuleError(prefix + msg, path=str(path), line=line or None, hint=hint)
+
+
+def _check_semantics(path: Path, doc: Mapping[str, Any]) -> None:
+    from doctor.rules.conditions import is_known_fact_path, validate_spec
+
+    def walk(cond: Any, where: List[Any]) -> None:
+        if not isinstance(cond, dict):
+            return
+        for key in ("all", "any"):
+            for i, child in enumerate(cond.get(key, ()) or ()):
+                walk(child, where + [key, i])
+        if "not" in cond:
+            walk(cond["not"], where + ["not"])
+        if "fact" in cond and not is_known_fact_path(cond["fact"]):
+            raise _fail(path, doc, where, f"unknown fact {cond['fact']!r}", hint="see docs/rules.md for fact names")
+        spec = cond.get("version")
+        if isinstance(spec, str):
+            bad = validate_spec(spec)
+            if bad:
+                raise _fail(path, doc, where, f"bad version specifier {spec!r}", hint="use PEP 440, e.g. '>=2.6,<2.7'")
+        if "matches" in cond:
+            try:
+                re.compile(cond["matches"])
+            except re.error as exc:
+                raise _fail(path, doc, where, f"bad regular expression: {exc}") from None
+
+    for i, rule in enumerate(doc.get("rules", ()) or ()):
+        walk(rule.get("when"), ["rules", i, "when"])
+        for j, fix in enumerate(rule.get("fixes", ()) or ()):
+            for pin in fix.get("pins", ()) or ():
+                if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?\s*(==|>=|<=|~=|!=|<|>)\s*[0-9][^\s;]*$", pin):
+                    raise _fail(
+                        path, doc, ["rules", i, "fixes", j], f"pin {pin!r} is not NAME==VERSION", hint="pins are requirement lines"
+                    )
+    for i, fw in enumerate(doc.get("frameworks", ()) or ()):
+        walk(fw.get("installed"), ["frameworks", i, "installed"])
+        for j, b in enumerate(fw.get("backends", ())):
+            if b.get("installed"):
+                walk(b["installed"], ["frameworks", i, "backends", j, "installed"])
+
+
+def _build(path: Path, doc: Mapping[str, Any]) -> Tuple[List[Framework], List[Rule]]:
+    frameworks = []
+    for fw in doc.get("frameworks", ()) or ():
+        frameworks.append(
+            Framework(
+                id=fw["id"],
+                name=fw["name"],
+                installed=_plain(fw["installed"]),
+                backends=tuple(
+                    Backend(
+                        id=b["id"],
+                        name=b["name"],
+                        framework=fw["id"],
+                        installed=_plain(b.get("installed")),
+                        cost=b.get("cost"),
+                    )
+                    for b in fw["backends"]
+                ),
+                selection=tuple(
+                    Selection(order=tuple(s["order"]), when=_plain(s.get("when")), note=s.get("note"))
+                    for s in fw["selection"]
+                ),
+                sources=tuple(fw["sources"]),
+                path=str(path),
+                line=getattr(fw, "line", 0),
+            )
+        )
+    rules = []
+    for r in doc.get("rules", ()) or ():
+        fixes = r.get("fixes", ()) or ()
+        rules.append(
+            Rule(
+                id=r["id"],
+                title=r["title"].strip(),
+                message=" ".join(r["message"].split()),
+                when=_plain(r["when"]),
+                sources=tuple(r["sources"]),
+                tests=_plain(r["tests"]),
+                path=str(path),
+                line=getattr(r, "line", 0),
+                severity=r.get("severity"),
+                disables=r.get("disables"),
+                area=r.get("area", "general"),
+                fixes=tuple(
+                    Fix(
+                        description=" ".join(f["description"].split()),
+                        pins=tuple(f.get("pins", ())),
+                        env=dict(f.get("env", {})),
+                        config=tuple(f.get("config", ())),
+                        cost=f.get("cost"),
+                    )
+                    for f in fixes
+                ),
+                fix_workloads=tuple(_plain(f.get("workload", {})) for f in fixes),
+                kernels=tuple(r.get("kernels", ())),
+                silent_wrong_results=bool(r.get("silent_wrong_results", False)),
+            )
+        )
+    return frameworks, rules
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def load_file(path: Path) -> Tuple[List[Framework], List[Rule]]:
+    doc = read_yaml(path)
+    if doc is None:
+        raise RuleError("empty rule file", path=str(path), hint="a rule file holds `rules:` and/or `frameworks:`")
+    if not isinstance(doc, dict):
+        raise RuleError("top level must be a mapping with `rules:` and/or `frameworks:`", path=str(path), line=1)
+    errors = _schema_errors(doc)
+    if errors:
+        where, msg = errors[0]
+        raise _fail(path, doc, where, msg, hint="see docs/rules.md for the rule schema")
+    _check_semantics(path, doc)
+    return _build(path, doc)
+
+
+def _files(dirs: Iterable[Path]) -> List[Path]:
+    out: List[Path] = []
+    for d in dirs:
+        if d.is_file():
+            out.append(d)
+            continue
+        if not d.is_dir():
+            raise RuleError("rules directory not found", path=str(d))
+        out.extend(sorted(p for p in d.rglob("*.y*ml") if p.suffix in (".yaml", ".yml")))
+    return out
+
+
+def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> None:
+    seen: Dict[str, Rule] = {}
+    for r in rules:
+        if r.id in seen:
+            other = seen[r.id]
+            raise RuleError(
+                f"rule {r.id}: duplicate id (also at {other.path}:{other.line})",
+                path=r.path,
+                line=r.line,
+                hint="rule ids must be unique",
+            )
+        seen[r.id] = r
+    backend_ids: Dict[str, Framework] = {}
+    for fw in frameworks:
+        for b in fw.backends:
+            if b.id in backend_ids:
+                raise RuleError(f"backend {b.id}: defined twice", path=fw.path, line=fw.line)
+            backend_ids[b.id] = fw
+        for sel in fw.selection:
+            for bid in sel.order:
+                if bid not in {b.id for b in fw.backends}:
+                    raise RuleError(
+                        f"framework {fw.id}: selection names unknown backend {bid!r}", path=fw.path, line=fw.line
+                    )
+
+    def refs(cond: Any) -> Iterable[str]:
+        if isinstance(cond, dict):
+            if "backend" in cond:
+                yield cond["backend"]
+            for key in ("all", "any"):
+                for child in cond.get(key, ()):
+                    yield from refs(child)
+            if "not" in cond:
+                yield from refs(cond["not"])
+
+    fw_ids = {fw.id for fw in frameworks}
+    for r in rules:
+        if r.disables and r.disables not in backend_ids:
+            raise RuleError(
+                f"rule {r.id}: disables unknown backend {r.disables!r}",
+                path=r.path,
+                line=r.line,
+                hint="known backends: " + ", ".join(sorted(backend_ids)),
+            )
+        for bid in refs(r.when):
+            if bid not in backend_ids:
+                raise RuleError(f"rule {r.id}: refers to unknown backend {bid!r}", path=r.path, line=r.line)
+            if r.disables:
+                raise RuleError(
+                    f"rule {r.id}: a backend rule may not depend on backend availability",
+                    path=r.path,
+                    line=r.line,
+                    hint="use a finding rule for that",
+                )
+        for fw_ref in _framework_refs(r.when):
+            if fw_ref not in fw_ids:
+                raise RuleError(f"rule {r.id}: refers to unknown framework {fw_ref!r}", path=r.path, line=r.line)
+
+
+def _framework_refs(cond: Any) -> Iterable[str]:
+    if isinstance(cond, dict):
+        if "framework" in cond:
+            yield cond["framework"]
+        for key in ("all", "any"):
+            for child in cond.get(key, ()):
+                yield from _framework_refs(child)
+        if "not" in cond:
+            yield from _framework_refs(cond["not"])
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def _cache_dir() -> Optional[Path]:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "attn-doctor"
+
+
+def _fingerprint(files: Sequence[Path]) -> str:
+    h = hashlib.sha256(str(CACHE_FORMAT).encode())
+    for p in files:
+        st = p.stat()
+        h.update(f"{p.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:24]
+
+
+def _to_json(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> Dict[str, Any]:
+    from dataclasses import asdict
+
+    return {"frameworks": [asdict(f) for f in frameworks], "rules": [asdict(r) for r in rules]}
+
+
+def _from_json(doc: Mapping[str, Any]) -> Catalogue:
+    fws = tuple(
+        Framework(
+            **{
+                **f,
+                "backends": tuple(Backend(**b) for b in f["backends"]),
+                "selection": tuple(Selection(**{**s, "order": tuple(s["order"])}) for s in f["selection"]),
+                "sources": tuple(f["sources"]),
+            }
+        )
+        for f in doc["frameworks"]
+    )
+    rules = tuple(
+        Rule(
+            **{
+                **r,
+                "sources": tuple(r["sources"]),
+                "fixes": tuple(
+                    Fix(**{**x, "pins": tuple(x["pins"]), "config": tuple(x["config"])}) for x in r["fixes"]
+                ),
+                "fix_workloads": tuple(r["fix_workloads"]),
+                "kernels": tuple(r["kernels"]),
+            }
+        )
+        for r in doc["rules"]
+    )
+    return Catalogue(fws, rules)
+
+
+def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use_cache: bool = True) -> Catalogue:
+    """The built-in catalogue plus the user's --rules-dir folders, validated."""
+    from doctor.resources import rules_dir
+
+    dirs = ([rules_dir()] if builtin else []) + list(extra_dirs)
+    files = _files(dirs)
+    cache_file = None
+    if use_cache:
+        try:
+            cache_dir = _cache_dir()
+            cache_file = cache_dir / f"catalogue-{_fingerprint(files)}.json" if cache_dir else None
+            if cache_file and cache_file.is_file():
+                return _from_json(json.loads(cache_file.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError):
+            cache_file = cache_file  # unreadable or stale cache: rebuild below
+    frameworks: List[Framework] = []
+    rules: List[Rule] = []
+    for f in files:
+        fws, rs = load_file(f)
+        frameworks.extend(fws)
+        rules.extend(rs)
+    _check_catalogue(frameworks, rules)
+    cat = Catalogue(tuple(frameworks), tuple(rules))
+    if cache_file is not None:
+        try:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(_to_json(frameworks, rules)), encoding="utf-8")
+            os.replace(tmp, cache_file)
+        except OSError:
+            pass  # a read-only home only costs speed
+    return cat

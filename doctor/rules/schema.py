@@ -1,0 +1,185 @@
+"""JSON Schema for rule files (rules/**/*.yaml and --rules-dir files).
+
+A rule file is a mapping with `frameworks` (what each attention framework offers and how it
+picks a backend) and/or `rules` (facts that disable a backend, or findings to report).
+Unknown keys are errors everywhere. Conditions are data: `all` / `any` / `not` over leaf
+predicates from a closed operator set (doctor/rules/conditions.py); nothing is evaluated.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge", "in", "not_in", "version", "matches", "is_set")
+
+_scalar: Dict[str, Any] = {"type": ["string", "number", "boolean", "null"]}
+_compare_props: Dict[str, Any] = {
+    "eq": _scalar,
+    "ne": _scalar,
+    "lt": {"type": ["string", "number"]},
+    "le": {"type": ["string", "number"]},
+    "gt": {"type": ["string", "number"]},
+    "ge": {"type": ["string", "number"]},
+    "in": {"type": "array", "items": _scalar, "minItems": 1},
+    "not_in": {"type": "array", "items": _scalar, "minItems": 1},
+    "version": {"type": "string", "minLength": 1},
+    "matches": {"type": "string", "minLength": 1},
+    "is_set": {"type": "boolean"},
+}
+
+
+def _leaf(key: str, extra: Dict[str, Any]) -> Dict[str, Any]:
+    props = {key: {"type": "string", "minLength": 1}, **extra}
+    return {
+        "type": "object",
+        "required": [key],
+        "properties": props,
+        "additionalProperties": False,
+        "minProperties": 2,
+    }
+
+
+CONDITION: Dict[str, Any] = {
+    "oneOf": [
+        {
+            "type": "object",
+            "required": ["all"],
+            "properties": {"all": {"type": "array", "items": {"$ref": "#/$defs/condition"}, "minItems": 1}},
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "required": ["any"],
+            "properties": {"any": {"type": "array", "items": {"$ref": "#/$defs/condition"}, "minItems": 1}},
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "required": ["not"],
+            "properties": {"not": {"$ref": "#/$defs/condition"}},
+            "additionalProperties": False,
+        },
+        _leaf("fact", _compare_props),
+        _leaf("env", _compare_props),
+        _leaf(
+            "package",
+            {"version": {"type": "string", "minLength": 1}, "installed": {"type": "boolean"}},
+        ),
+        _leaf("backend", {"available": {"type": "boolean"}, "selected": {"type": "boolean"}}),
+        _leaf("framework", {"has_backend": {"type": "boolean"}, "selects": {"type": "string"}}),
+    ],
+}
+
+_str_list = {"type": "array", "items": {"type": "string", "minLength": 1}}
+
+FIX: Dict[str, Any] = {
+    "type": "object",
+    "required": ["description"],
+    "properties": {
+        "description": {"type": "string", "minLength": 1},
+        "pins": _str_list,
+        "env": {"type": "object", "additionalProperties": {"type": "string"}},
+        "config": _str_list,
+        "workload": {"type": "object"},
+        "cost": {"type": "string"},
+    },
+    "additionalProperties": False,
+}
+
+TEST_CASE: Dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "gpu": {"type": "string", "pattern": r"^\d+\.\d+$"},
+        "packages": {"type": "object", "additionalProperties": {"type": "string"}},
+        "env": {"type": "object", "additionalProperties": {"type": "string"}},
+        "torch": {"type": "object"},
+        "cuda": {"type": "object"},
+        "cudnn": {"type": "object"},
+        "gpus": {"type": "array"},
+        "imports": {"type": "object"},
+        "python": {"type": "object"},
+        "workload": {"type": "object"},
+    },
+    "additionalProperties": False,
+}
+
+RULE: Dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "title", "message", "when", "sources", "tests"],
+    "properties": {
+        "id": {"type": "string", "pattern": r"^[A-Z0-9][A-Z0-9-]*[A-Z0-9]$"},
+        "severity": {"enum": ["error", "warning", "info"]},
+        "disables": {"type": "string", "pattern": r"^[a-z0-9_]+\.[a-z0-9_]+$"},
+        "area": {"type": "string"},
+        "title": {"type": "string", "minLength": 1},
+        "message": {"type": "string", "minLength": 1},
+        "when": {"$ref": "#/$defs/condition"},
+        "fixes": {"type": "array", "items": FIX},
+        "sources": {"type": "array", "items": {"type": "string", "pattern": r"^https?://"}, "minItems": 1},
+        "kernels": _str_list,
+        "silent_wrong_results": {"type": "boolean"},
+        "tests": {
+            "type": "object",
+            "required": ["fires", "passes"],
+            "properties": {
+                "fires": {"type": "array", "items": TEST_CASE, "minItems": 1},
+                "passes": {"type": "array", "items": TEST_CASE, "minItems": 1},
+            },
+            "additionalProperties": False,
+        },
+    },
+    "oneOf": [{"required": ["severity"]}, {"required": ["disables"]}],
+    "additionalProperties": False,
+}
+
+BACKEND: Dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "name"],
+    "properties": {
+        "id": {"type": "string", "pattern": r"^[a-z0-9_]+\.[a-z0-9_]+$"},
+        "name": {"type": "string"},
+        "installed": {"$ref": "#/$defs/condition"},
+        "cost": {"type": "string"},
+    },
+    "additionalProperties": False,
+}
+
+FRAMEWORK: Dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "name", "installed", "backends", "selection", "sources"],
+    "properties": {
+        "id": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9_-]*$"},
+        "name": {"type": "string"},
+        "installed": {"$ref": "#/$defs/condition"},
+        "backends": {"type": "array", "items": BACKEND, "minItems": 1},
+        "selection": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["order"],
+                "properties": {
+                    "when": {"$ref": "#/$defs/condition"},
+                    "order": _str_list,
+                    "note": {"type": "string"},
+                },
+                "additionalProperties": False,
+            },
+        },
+        "sources": {"type": "array", "items": {"type": "string", "pattern": r"^https?://"}, "minItems": 1},
+    },
+    "additionalProperties": False,
+}
+
+RULE_FILE: Dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "properties": {
+        "frameworks": {"type": "array", "items": FRAMEWORK},
+        "rules": {"type": "array", "items": RULE},
+    },
+    "additionalProperties": False,
+    "minProperties": 1,
+    "$defs": {"condition": CONDITION},
+}

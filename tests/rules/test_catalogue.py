@@ -1,0 +1,52 @@
+"""Every rule in the shipped catalogue fires on its own `fires` cases and stays quiet
+(evaluated, not merely unknown) on its `passes` cases; catalogue-wide invariants hold."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, List, Tuple
+
+import pytest
+
+from doctor.rules.cases import case_inputs
+from doctor.rules.evaluate import diagnose
+from doctor.rules.loader import Catalogue, Rule, load_catalogue
+
+CAT: Catalogue = load_catalogue(use_cache=False)
+
+
+def _cases() -> List[Tuple[str, Rule, str, Any]]:
+    out = []
+    for rule in CAT.rules:
+        for kind in ("fires", "passes"):
+            for i, case in enumerate(rule.tests[kind]):
+                out.append(pytest.param(rule, kind, case, id=f"{rule.id}-{kind}-{i}"))
+    return out
+
+
+@pytest.mark.parametrize("rule,kind,case", _cases())
+def test_rule_case(rule: Rule, kind: str, case: Any) -> None:
+    facts, workload = case_inputs(case)
+    result = diagnose(CAT, facts, workload).result(rule.id)
+    expected = "fired" if kind == "fires" else "passed"
+    assert result.status == expected, f"{rule.path}:{rule.line} {rule.id} {kind}: got {result.status} {result.missing}"
+
+
+def test_catalogue_size_and_sources() -> None:
+    assert len(CAT.rules) >= 65
+    for rule in CAT.rules:
+        assert rule.sources, rule.id
+        for url in rule.sources:
+            assert re.match(r"^https://(github\.com|pypi\.org|docs\.nvidia\.com|pytorch\.org|docs\.pytorch\.org|huggingface\.co)/", url), (rule.id, url)
+
+
+def test_silent_wrong_results_are_errors() -> None:
+    for rule in CAT.rules:
+        if rule.silent_wrong_results:
+            assert rule.severity == "error", rule.id
+
+
+def test_every_finding_error_has_a_fix() -> None:
+    for rule in CAT.rules:
+        if rule.severity == "error":
+            assert rule.fixes, f"{rule.id} is an error without a fix"
