@@ -8,12 +8,11 @@ an internal error (exit 3) with a short note on how to report it.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from doctor.errors import DoctorError, ExitCode, InputError
+from doctor.errors import DoctorError, ExitCode
 
 app = typer.Typer(
     name="attn-doctor",
@@ -24,37 +23,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-FORMATS_PROBE = ("text", "json")
+from doctor.commands.probe import probe  # noqa: E402
 
-
-def _emit(text: str) -> None:
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
-
-
-@app.command()
-def probe(
-    format: str = typer.Option("text", "--format", "-f", help="text | json"),
-    env: Optional[Path] = typer.Option(
-        None, "--env", help="Read facts from this snapshot (JSON/YAML) instead of probing."
-    ),
-    no_child: bool = typer.Option(
-        False, "--static", help="Static facts only: do not start a Python child to import torch."
-    ),
-) -> None:
-    """Show what is installed and loaded: GPUs, driver, CUDA, cuDNN, attention libraries."""
-    from doctor import app as core
-
-    if format not in FORMATS_PROBE:
-        raise InputError(f"unknown format {format!r}", hint="use one of: text, json")
-    doc = core.probe_snapshot(env_file=env, loaded=not no_child)
-    if format == "json":
-        from doctor.report.json_report import dumps
-
-        _emit(dumps(doc))
-    else:
-        from doctor.report.probe_text import render_probe
-
-        _emit(render_probe(doc))
+app.command()(probe)
 
 
 def main(argv: Optional[List[str]] = None) -> None:
