@@ -28,6 +28,11 @@ from doctor.commands.probe import probe  # noqa: E402
 app.command()(probe)
 
 
+@app.callback()
+def _root() -> None:
+    """Diagnose the attention stack before training starts."""
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Console-script entry point: the one error boundary."""
     try:
