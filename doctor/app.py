@@ -1,9 +1,17 @@
-"""Orchestration: probe() / check() / fix() return plain data and never print."""
+"""Orchestration: probe / check return plain data and never print.
+
+    load_inputs()  facts (probe or --env snapshot, then --assume), workload, catalogue
+    check()        backends + findings (+ verified fixes) (+ kernel verdicts) -> Report
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from doctor.model import Facts, Report, Workload, facts_from_snapshot
+from doctor.rules.loader import Catalogue
 
 
 def probe_snapshot(env_file: Optional[Path] = None, loaded: bool = True) -> Dict[str, Any]:
@@ -15,3 +23,112 @@ def probe_snapshot(env_file: Optional[Path] = None, loaded: bool = True) -> Dict
     from doctor.probe import collect
 
     return collect(loaded=loaded)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    facts: Facts
+    workload: Workload
+    catalogue: Catalogue
+    assumed: Tuple[str, ...] = ()
+    snapshot: Optional[Mapping[str, Any]] = None  # the probed or loaded document
+
+
+def load_inputs(
+    env_files: Sequence[Path] = (),
+    workload_file: Optional[Path] = None,
+    model: Optional[Path] = None,
+    workload_flags: Optional[Mapping[str, Any]] = None,
+    assume: Sequence[str] = (),
+    assume_env: Sequence[str] = (),
+    rules_dirs: Sequence[Path] = (),
+    loaded: bool = True,
+) -> Inputs:
+    """Everything `check` and `fix` need. Input errors raise InputError (exit 2)."""
+    from doctor.assume import apply_env, apply_pins, parse_env_assignment, parse_pin
+    from doctor.rules.loader import load_catalogue
+    from doctor.workload import resolve_workload
+
+    # Parse cheap, user-typed input first so a typo fails before any probing.
+    for pin in assume:
+        parse_pin(pin)
+    env_changes = dict(parse_env_assignment(a) for a in assume_env)
+    workload = resolve_workload(workload_file, model, workload_flags)
+    catalogue = load_catalogue(list(rules_dirs))
+    if env_files:
+        doc = probe_snapshot(env_file=Path(env_files[0]))
+        source = str(env_files[0])
+    else:
+        doc = probe_snapshot(loaded=loaded)
+        source = "probe"
+    facts = facts_from_snapshot(doc, source=source)
+    assumed: List[str] = []
+    if assume:
+        facts = apply_pins(facts, assume)
+        assumed.extend(assume)
+    if env_changes:
+        facts = apply_env(facts, env_changes)
+        assumed.extend(f"{k}={v}" if v is not None else f"unset {k}" for k, v in env_changes.items())
+    return Inputs(facts=facts, workload=workload, catalogue=catalogue, assumed=tuple(assumed), snapshot=doc)
+
+
+def check(inputs: Inputs, *, kernel_run: Optional[Any] = None, kernels_skipped: Optional[str] = None) -> Report:
+    """Backends, findings with verified fixes, and (when given) the kernels' verdicts."""
+    from doctor.rules.evaluate import diagnose, verified_fixes
+
+    diagnosis = diagnose(inputs.catalogue, inputs.facts, inputs.workload)
+    findings = verified_fixes(inputs.catalogue, inputs.facts, inputs.workload, diagnosis)
+    report = Report(
+        facts=inputs.facts,
+        workload=inputs.workload,
+        backends=diagnosis.backends,
+        findings=findings,
+        kernels_skipped=kernels_skipped,
+        assumed=inputs.assumed,
+        rule_results=tuple((r.rule_id, r.status) for r in diagnosis.results),
+    )
+    if kernel_run is not None:
+        from doctor.linking import link_kernels
+
+        report = link_kernels(report, inputs.catalogue, kernel_run)
+    return report
+
+
+def fail_count(report: Report, fail_on: str, strict: bool) -> int:
+    """How many findings are at or above the failure threshold (`--fail-on`)."""
+    levels = {"error": 0, "warning": 1, "info": 2}
+    limit = levels[fail_on]
+    n = 0
+    for f in report.findings:
+        if f.status == "refuted":
+            continue
+        if f.status == "not_evaluated":
+            n += 1 if strict else 0
+            continue
+        if levels.get(f.severity, 2) <= limit:
+            n += 1
+    return n
+
+
+def with_kernels_skipped(report: Report, reason: str) -> Report:
+    return replace(report, kernels_skipped=reason)
+
+
+def kernels_only(report: Report) -> Report:
+    """Keep what the kernels saw: findings they confirmed or raised, and the cases."""
+    keep = tuple(f for f in report.findings if f.status == "confirmed" or f.rule_id.startswith("KERNEL-"))
+    return replace(report, findings=keep, rule_results=tuple((f.rule_id, "fired") for f in keep))
+
+
+def with_fleet(report: Report, env_files: Sequence[Path]) -> Report:
+    """Add heterogeneity findings across several snapshots (offline fleet view)."""
+    from doctor.cluster.hetero import analyze
+    from doctor.snapshot import load_snapshot
+
+    snaps = []
+    for i, p in enumerate(env_files):
+        doc = load_snapshot(p)
+        snaps.append((str(p), str(doc.get("host") or p.stem), doc))
+    extra = tuple(analyze(snaps))
+    results = report.rule_results + tuple((f.rule_id, "fired") for f in extra)
+    return replace(report, findings=extra + report.findings, rule_results=results)

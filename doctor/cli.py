@@ -23,9 +23,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+from doctor.commands.check import check, check_context, check_epilog  # noqa: E402
 from doctor.commands.probe import probe  # noqa: E402
+from doctor.commands.rules import rules_app  # noqa: E402
 
+app.command(context_settings=check_context, epilog=check_epilog)(check)
 app.command()(probe)
+app.add_typer(rules_app, name="rules")
 
 
 @app.callback()

@@ -314,6 +314,7 @@ class BackendStatus:
     reasons: Tuple[str, ...] = ()  # why it is out (or why availability is unknown)
     selected: bool = False  # the one this framework would pick for the workload
     rule_ids: Tuple[str, ...] = ()
+    evidence: Tuple[str, ...] = ()  # what kernel cases saw for this backend
 
 
 @dataclass(frozen=True)
@@ -338,3 +339,5 @@ class Report:
     kernels: Tuple[CaseResult, ...] = ()
     kernels_skipped: Optional[str] = None  # why the kernel stage did not run
     assumed: Tuple[str, ...] = ()  # --assume / --assume-env applied
+    rule_results: Tuple[Tuple[str, str], ...] = ()  # (rule id, fired|passed|not_evaluated)
+    kernel_summary: Tuple[Tuple[str, str], ...] = ()  # (label, value) lines from the kernel run

@@ -224,6 +224,6 @@ def verified_fixes(cat: Catalogue, facts: Facts, workload: Workload, diagnosis: 
                 continue
             ok, _ = fix_clears(cat, facts, workload, finding.rule_id, raw, wl)
             if ok:
-                kept.append(fix)
+                kept.append(replace(fix, verified=True))
         out.append(replace(finding, fixes=tuple(kept)))
     return tuple(out)

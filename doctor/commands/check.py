@@ -1,0 +1,146 @@
+"""`attn-doctor check`: probe (or --env), workload, rules, backends, findings, kernels."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from doctor.commands.common import emit
+from doctor.commands.options import WORKLOAD_FLAGS_HELP, parse_workload_flags
+from doctor.errors import ExitCode, InputError
+
+FORMATS = ("text", "json", "markdown", "junit")
+
+
+def use_color() -> bool:
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+def check(
+    ctx: typer.Context,
+    env: Optional[List[Path]] = typer.Option(
+        None, "--env", help="Check this snapshot (JSON/YAML from `probe --format json`) instead of this machine. Repeat (or pass a folder) for a fleet view."
+    ),
+    workload: Optional[Path] = typer.Option(None, "--workload", "-w", help="Workload file (YAML/JSON)."),
+    model: Optional[Path] = typer.Option(None, "--model", "-m", help="Hugging Face config.json or model folder."),
+    format: str = typer.Option("text", "--format", "-f", help="text | json | markdown | junit"),
+    fail_on: str = typer.Option("error", "--fail-on", help="Exit 1 when a finding is at or above: error | warning | info"),
+    strict: bool = typer.Option(False, "--strict", help="Count rules that could not be evaluated as failures."),
+    no_kernels: bool = typer.Option(False, "--no-kernels", help="Skip the GPU kernel stage."),
+    kernels_only: bool = typer.Option(False, "--kernels-only", help="GPU smoke test: run the kernel cases, judge only them."),
+    assume: Optional[List[str]] = typer.Option(None, "--assume", help="Evaluate as if NAME==VERSION were installed (repeatable)."),
+    assume_env: Optional[List[str]] = typer.Option(None, "--assume-env", help="Evaluate as if NAME=VALUE were set (repeatable)."),
+    rules_dir: Optional[List[Path]] = typer.Option(None, "--rules-dir", help="Add your own rules (same schema)."),
+    distributed: bool = typer.Option(False, "--distributed", help="Run on every rank of a torchrun/srun job; rank 0 reports."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Every backend with its reasons; rules not evaluated."),
+) -> int:
+    """Diagnose this environment (or a snapshot) for a workload. Exit 0 ok, 1 findings, 2 bad input."""
+    from doctor import app as core
+
+    if format not in FORMATS:
+        raise InputError(f"unknown format {format!r}", hint="use one of: " + ", ".join(FORMATS))
+    if fail_on not in ("error", "warning", "info"):
+        raise InputError(f"--fail-on {fail_on!r}", hint="use error, warning or info")
+    flags = parse_workload_flags(ctx.args)
+    env_files = _expand_env(env or [])
+    if distributed:
+        from doctor.commands.cluster import run_cluster_check
+
+        return run_cluster_check(
+            workload_file=workload, model=model, flags=flags, format=format, fail_on=fail_on,
+            strict=strict, kernels=not no_kernels, verbose=verbose, color=use_color(),
+        )
+    inputs = core.load_inputs(
+        env_files=env_files,
+        workload_file=workload,
+        model=model,
+        workload_flags=flags,
+        assume=assume or [],
+        assume_env=assume_env or [],
+        rules_dirs=rules_dir or [],
+    )
+    kernel_run, skipped = None, None
+    if no_kernels:
+        skipped = "--no-kernels"
+    elif env_files:
+        skipped = "facts come from a snapshot: kernels run only where the GPU is"
+    elif inputs.assumed:
+        skipped = "--assume: the kernels would test what is installed, not what is assumed"
+    else:
+        kernel_run, skipped = _run_kernels(inputs, quiet=format != "text" or not use_color())
+    report = core.check(inputs, kernel_run=kernel_run, kernels_skipped=skipped)
+    if kernels_only:
+        report = core.kernels_only(report)
+    if len(env_files) > 1:
+        report = core.with_fleet(report, env_files)
+    emit(_render(report, format, fail_on, strict, verbose))
+    return int(ExitCode.FINDINGS if core.fail_count(report, fail_on, strict) else ExitCode.OK)
+
+
+def _render(report, format: str, fail_on: str, strict: bool, verbose: bool) -> str:  # type: ignore[no-untyped-def]
+    if format == "json":
+        from doctor.report.check_json import render_check_json
+
+        return render_check_json(report)
+    if format == "markdown":
+        from doctor.report.check_markdown import render_check_markdown
+
+        return render_check_markdown(report)
+    if format == "junit":
+        from doctor.report.check_junit import render_check_junit
+
+        return render_check_junit(report, fail_on=fail_on, strict=strict)
+    from doctor.report.check_text import render_check
+
+    width = 100
+    try:
+        width = max(80, min(os.get_terminal_size().columns, 160)) if sys.stdout.isatty() else 100
+    except OSError:
+        pass
+    return render_check(report, verbose=verbose, color=use_color(), width=width)
+
+
+def _expand_env(paths: List[Path]) -> List[Path]:
+    out: List[Path] = []
+    for p in paths:
+        if p.is_dir():
+            found = sorted(x for x in p.iterdir() if x.suffix in (".json", ".yaml", ".yml"))
+            if not found:
+                raise InputError("no snapshots (*.json, *.yaml) in folder", path=str(p))
+            out.extend(found)
+        else:
+            out.append(p)
+    return out
+
+
+def _run_kernels(inputs, quiet: bool):  # type: ignore[no-untyped-def]
+    """Run the kernel cases when torch with CUDA and a GPU are present; else say why not."""
+    try:
+        from doctor import verify
+    except ImportError:
+        return None, "kernel stage not installed"
+    ok, reason = verify.kernels_available(inputs.facts)
+    if not ok:
+        return None, reason
+    installed = {b.id for b in core_backends(inputs)}
+    cases = verify.plan_cases(inputs.workload if "head_dim_qk" not in inputs.workload.defaulted else None, installed)
+    observer = None
+    if not quiet:
+        from doctor.commands.progress import RichProgress
+
+        observer = RichProgress()
+    return verify.run_cases(cases, observer=observer), None
+
+
+def core_backends(inputs):  # type: ignore[no-untyped-def]
+    from doctor.rules.evaluate import diagnose
+
+    return [b for b in diagnose(inputs.catalogue, inputs.facts, inputs.workload).backends if b.available is not False or "library not installed" not in b.reasons]
+
+
+check_context = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": ["-h", "--help"]}
+check_epilog = WORKLOAD_FLAGS_HELP

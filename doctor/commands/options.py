@@ -1,0 +1,72 @@
+"""Workload flags shared by `check` and `fix`: every workload-file key is also a flag.
+
+    --head-dim 192 --head-dim-v 128 --mask causal --dtype bf16 --cp-size 2 --cp-comm-type all_gather
+    --qkv-packed / --no-qkv-packed, --inference (training off), --window-size 4095,0
+
+typer hands us the arguments it does not know; this parser turns them into workload keys and
+rejects anything else with the list of known flags.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Sequence
+
+from doctor.errors import InputError
+from doctor.workload import KEYS
+
+BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8")
+FLAG_KEYS = tuple(k for k in KEYS if k != "context_parallel") + ("cp_size", "cp_comm_type")
+
+WORKLOAD_FLAGS_HELP = (
+    "Workload flags (override --workload/--model): "
+    + " ".join("--" + k.replace("_", "-") for k in FLAG_KEYS)
+    + " --inference. Booleans take no value; prefix --no- to turn one off."
+)
+
+
+def parse_workload_flags(args: Sequence[str]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    cp: Dict[str, Any] = {}
+    rest: List[str] = list(args)
+    i = 0
+    while i < len(rest):
+        arg = rest[i]
+        if not arg.startswith("--"):
+            raise InputError(f"unexpected argument {arg!r}", hint="see `attn-doctor check --help`")
+        name, eq, inline = arg[2:].partition("=")
+        key = name.replace("-", "_")
+        negate = False
+        if key.startswith("no_") and key[3:] in BOOL_KEYS:
+            key, negate = key[3:], True
+        if key == "inference":
+            out["training"] = False
+            i += 1
+            continue
+        if key not in FLAG_KEYS:
+            raise InputError(f"no such option: {arg}", hint=WORKLOAD_FLAGS_HELP)
+        if key in BOOL_KEYS:
+            out[key] = (inline.lower() not in ("0", "false", "no")) if eq else not negate
+            i += 1
+            continue
+        if eq:
+            value = inline
+            i += 1
+        else:
+            if i + 1 >= len(rest):
+                raise InputError(f"option {arg} needs a value")
+            value = rest[i + 1]
+            i += 2
+        if key == "window_size":
+            parts = value.replace(" ", "").split(",")
+            if len(parts) != 2:
+                raise InputError(f"--window-size {value!r}: expected LEFT,RIGHT (e.g. 4095,0)")
+            out[key] = parts
+        elif key == "cp_size":
+            cp["size"] = value
+        elif key == "cp_comm_type":
+            cp["comm_type"] = value
+        else:
+            out[key] = value
+    if cp:
+        out["context_parallel"] = cp
+    return out

@@ -1,0 +1,110 @@
+"""`attn-doctor rules list | show ID | lint [PATH]`: browse and validate the catalogue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from doctor.commands.common import emit
+from doctor.errors import ExitCode, InputError
+
+rules_app = typer.Typer(help="List, explain and validate compatibility rules.", no_args_is_help=True)
+
+
+@rules_app.command("list")
+def list_rules(
+    rules_dir: Optional[List[Path]] = typer.Option(None, "--rules-dir", help="Include your own rules."),
+    format: str = typer.Option("text", "--format", "-f", help="text | json"),
+) -> int:
+    """One line per rule: id, severity or the backend it disables, title."""
+    from doctor.rules.loader import load_catalogue
+
+    cat = load_catalogue(rules_dir or [])
+    if format == "json":
+        from doctor.report.json_report import dumps
+
+        emit(dumps([{"id": r.id, "kind": r.kind, "severity": r.severity, "disables": r.disables, "area": r.area, "title": r.title} for r in cat.rules]))
+        return 0
+    if format != "text":
+        raise InputError(f"unknown format {format!r}", hint="use text or json")
+    width = max(len(r.id) for r in cat.rules) if cat.rules else 10
+    lines = []
+    for r in cat.rules:
+        kind = r.severity if r.severity else f"disables {r.disables}"
+        lines.append(f"{r.id:<{width}}  {kind:<22}  {r.title}")
+    lines.append(f"{len(cat.rules)} rules ({sum(1 for r in cat.rules if r.disables)} backend rules), {len(cat.frameworks)} frameworks")
+    emit("\n".join(lines))
+    return 0
+
+
+@rules_app.command("show")
+def show_rule(
+    rule_id: str = typer.Argument(..., help="Rule id, e.g. TE-NO-BACKEND"),
+    rules_dir: Optional[List[Path]] = typer.Option(None, "--rules-dir"),
+) -> int:
+    """Everything about one rule: condition, fixes, sources, where it is defined."""
+    import yaml
+
+    from doctor.rules.loader import load_catalogue
+
+    cat = load_catalogue(rules_dir or [])
+    try:
+        r = cat.rule(rule_id.upper())
+    except KeyError:
+        close = [x.id for x in cat.rules if rule_id.upper().split("-")[0] in x.id][:5]
+        raise InputError(f"no rule {rule_id!r}", hint=("similar: " + ", ".join(close)) if close else "see `attn-doctor rules list`") from None
+    out = [
+        f"{r.id}  ({r.severity or 'backend rule: disables ' + str(r.disables)}, area {r.area})",
+        f"defined at {r.path}:{r.line}",
+        "",
+        r.title,
+        "",
+        r.message,
+        "",
+        "when:",
+        yaml.safe_dump(r.when, sort_keys=False, default_flow_style=False).rstrip().replace("\n", "\n  ").join(["  ", ""]),
+    ]
+    if r.fixes:
+        out.append("fixes:")
+        for f in r.fixes:
+            acts = list(f.pins) + [f"{k}={v}" for k, v in f.env.items()] + list(f.config)
+            out.append(f"  - {f.description}" + (f"  [{'; '.join(acts)}]" if acts else ""))
+    if r.kernels:
+        out.append("kernel cases: " + ", ".join(r.kernels))
+    out.append("sources:")
+    out.extend(f"  {s}" for s in r.sources)
+    out.append(f"tests: {len(r.tests['fires'])} firing case(s), {len(r.tests['passes'])} passing case(s)")
+    emit("\n".join(out))
+    return 0
+
+
+@rules_app.command("lint")
+def lint_rules(
+    paths: Optional[List[Path]] = typer.Argument(None, help="Rule files or folders (default: the built-in catalogue)."),
+) -> int:
+    """Validate rule files: schema, fact names, specifiers, pins, and each rule's own test cases."""
+    from doctor.rules.cases import case_inputs
+    from doctor.rules.evaluate import diagnose
+    from doctor.rules.loader import load_catalogue
+
+    cat = load_catalogue(paths or [], builtin=True, use_cache=False)
+    own = {str(p) for p in (paths or [])}
+    failures = []
+    checked = 0
+    for r in cat.rules:
+        if own and not any(r.path.startswith(str(Path(p))) or r.path == p for p in own):
+            continue
+        for kind in ("fires", "passes"):
+            for i, case in enumerate(r.tests[kind]):
+                facts, wl = case_inputs(case)
+                got = diagnose(cat, facts, wl).result(r.id).status
+                want = "fired" if kind == "fires" else "passed"
+                checked += 1
+                if got != want:
+                    failures.append(f"{r.path}:{r.line}: rule {r.id}: {kind}[{i}] expected {want}, got {got}")
+    for f in failures:
+        emit(f)
+    emit(f"{checked} rule test cases, {len(failures)} failed")
+    return int(ExitCode.FINDINGS if failures else ExitCode.OK)

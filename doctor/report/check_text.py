@@ -1,0 +1,128 @@
+"""`check` as text, in the style of `flutter doctor`: one line per area, then each finding
+with what breaks, why, and the fix. Rendered with rich to a string; colour only when asked.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import List
+
+from rich.console import Console
+from rich.markup import escape
+
+from doctor import __version__
+from doctor.model import Finding, Report
+from doctor.report.summary import area_lines, backends_by_framework, counts, describe_workload
+
+MARKS = {
+    "ok": ("[green]✓[/]", "✓"),
+    "warning": ("[yellow]![/]", "!"),
+    "error": ("[red]✗[/]", "✗"),
+    "unknown": ("[dim]?[/]", "?"),
+}
+SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def _finding(f: Finding, verbose: bool) -> List[str]:
+    if f.status == "not_evaluated":
+        head = f"[dim]?[/] [bold]{escape(f.rule_id)}[/] [dim](not evaluated)[/] {escape(f.title)}"
+    else:
+        style = SEV_STYLE.get(f.severity, "")
+        label = f.severity.upper()
+        if f.status in ("confirmed", "refuted", "not_run"):
+            label += f", {f.status.replace('_', ' ')} by kernels"
+        head = f"[{style}]{label}[/] [bold]{escape(f.rule_id)}[/]  {escape(f.title)}"
+    out = [head, f"    {escape(f.message)}"]
+    if f.status == "not_evaluated":
+        for m in f.missing[:3]:
+            out.append(f"    [dim]unknown: {escape(m)}[/]")
+    for e in f.evidence:
+        out.append(f"    [dim]kernel:[/] {escape(e)}")
+    if f.status != "not_evaluated":
+        if not f.fixes:
+            out.append("    [dim]No automatic fix: see the sources.[/]")
+        for i, fix in enumerate(f.fixes):
+            lead = "Fix:" if i == 0 else "or: "
+            actions = []
+            if fix.pins:
+                actions.append("pip install " + " ".join(f'"{p}"' for p in fix.pins))
+            for k, v in fix.env.items():
+                actions.append(f"export {k}={v}")
+            actions.extend(fix.config)
+            verified = " [green](verified by re-check)[/]" if fix.verified else ""
+            out.append(f"    [bold]{lead}[/] {escape(fix.description)}{verified}")
+            for a in actions:
+                out.append(f"          {escape(a)}")
+            if fix.cost:
+                out.append(f"          [dim]cost: {escape(fix.cost)}[/]")
+    if verbose or f.severity == "error":
+        out.append(f"    [dim]source: {escape(f.sources[0])}[/]" if f.sources else "")
+    return [line for line in out if line]
+
+
+def render_check(report: Report, *, verbose: bool = False, color: bool = False, width: int = 100) -> str:
+    buf = io.StringIO()
+    console = Console(
+        file=buf,
+        width=width,
+        color_system="standard" if color else None,
+        force_terminal=color,
+        no_color=not color,
+        highlight=False,
+        soft_wrap=False,
+        emoji=False,
+    )
+    pr = console.print
+    facts = report.facts
+    where = facts.source if facts.source != "probe" else f"probe of {facts.host or 'this machine'}"
+    pr(f"[bold]attn-doctor {__version__}[/] · facts: {escape(where)}")
+    wl = report.workload
+    pr(f"workload: {escape(describe_workload(wl))} [dim]({escape(wl.source)})[/]")
+    if report.assumed:
+        pr(f"[yellow]assuming:[/] {escape(', '.join(report.assumed))}")
+    pr("")
+    for line in area_lines(report):
+        mark = MARKS[line.mark][0 if color else 1]
+        pr(f"[{mark}] [bold]{escape(line.title)}[/]: {escape(line.detail)}" if color else f"[{mark}] {escape(line.title)}: {escape(line.detail)}")
+    fired = [f for f in report.findings if f.status != "not_evaluated"]
+    pending = [f for f in report.findings if f.status == "not_evaluated"]
+    if fired:
+        pr("")
+    for f in fired:
+        for line in _finding(f, verbose):
+            pr(line)
+        pr("")
+    if verbose:
+        pr("[bold]Attention backends for this workload[/]")
+        for fw, bs in backends_by_framework(report).items():
+            pr(f"  {escape(fw)}:")
+            for b in bs:
+                state = "selected" if b.selected else "available" if b.available else "unknown" if b.available is None else "out"
+                mark = {"selected": "✓", "available": "·", "unknown": "?", "out": "✗"}[state]
+                why = "; ".join(b.reasons)
+                pr(f"    {mark} {escape(b.name)} [{state}]" + (f": {escape(why)}" if why else ""))
+                for e in b.evidence:
+                    pr(f"        [dim]kernel: {escape(e)}[/]")
+        if pending:
+            pr("")
+            pr("[bold]Not evaluated (facts unknown)[/]")
+            for f in pending:
+                for line in _finding(f, True):
+                    pr(line)
+        if report.kernel_summary:
+            pr("")
+            pr("[bold]Kernel timings for the workload shape[/]")
+            for label, value in report.kernel_summary:
+                pr(f"  {escape(label)}: {escape(value)}")
+        pr("")
+    elif report.kernel_summary:
+        for label, value in report.kernel_summary[:1]:
+            pr(f"{escape(label)}: {escape(value)}")
+    c = counts(report)
+    tail = f"{c['error']} error(s), {c['warning']} warning(s), {c['info']} info"
+    if c["not_evaluated"]:
+        tail += f", {c['not_evaluated']} not evaluated"
+    if c["refuted"]:
+        tail += f", {c['refuted']} refuted by kernels"
+    pr(f"{tail} · {c['rules']} rules checked" + ("" if verbose else " · -v for every backend's reasons"))
+    return buf.getvalue()

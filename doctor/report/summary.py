@@ -1,0 +1,175 @@
+"""What every check formatter shares: the per-area summary lines and the verdict counts.
+
+Pure functions of a Report; formatters only decide how the lines look.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+from doctor.model import BackendStatus, Finding, Report, Workload
+
+AREA_TITLES = {
+    "gpu": "GPU and driver",
+    "cuda": "CUDA and cuDNN",
+    "torch-sdpa": "PyTorch SDPA",
+    "flash-attn": "flash-attn",
+    "transformer-engine": "TransformerEngine",
+    "transformers": "transformers",
+    "frameworks": "Training frameworks",
+    "numerics": "Known numerical bugs",
+    "cluster": "Cluster consistency",
+    "kernels": "Kernel checks",
+    "general": "Other",
+}
+AREA_ALIASES = {"driver": "gpu", "cudnn": "cuda", "torch": "cuda", "sdpa": "torch-sdpa", "xtuner": "frameworks"}
+FRAMEWORK_AREAS = ("torch-sdpa", "flash-attn", "transformer-engine", "transformers")
+
+
+@dataclass(frozen=True)
+class AreaLine:
+    area: str
+    mark: str  # ok | warning | error | unknown
+    title: str
+    detail: str
+
+
+def area_of(finding: Finding) -> str:
+    return AREA_ALIASES.get(finding.area, finding.area)
+
+
+def worst(findings: List[Finding]) -> str:
+    marks = {f.severity if f.status not in ("not_evaluated", "refuted") else "unknown" for f in findings}
+    for m in ("error", "warning"):
+        if m in marks:
+            return m
+    return "unknown" if "unknown" in marks else "ok"
+
+
+def _gpu_detail(report: Report) -> Tuple[str, bool]:
+    f = report.facts
+    if f.gpus is None:
+        return f"GPUs not probed ({f.unknown.get('gpus', 'unknown')})", False
+    if not f.gpus:
+        return "no NVIDIA GPU found", True
+    names: Dict[str, int] = {}
+    for g in f.gpus:
+        key = f"{g.name} (sm{g.sm})"
+        names[key] = names.get(key, 0) + 1
+    gpus = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in names.items())
+    drv = f.cuda.driver_version or "unknown"
+    dc = f" (supports CUDA {f.cuda.driver_cuda})" if f.cuda.driver_cuda else ""
+    return f"{gpus}; driver {drv}{dc}", True
+
+
+def _cuda_detail(report: Report) -> str:
+    f = report.facts
+    t = f.torch
+    parts = []
+    if t.version:
+        parts.append(f"torch {t.version}" + (f" (CUDA {t.cuda})" if t.cuda else " (CPU build)" if t.hip is None else f" (ROCm {t.hip})"))
+    elif f.packages is not None:
+        parts.append("torch not installed")
+    c = f.cudnn
+    if c.version:
+        src = "loaded" if c.loaded else "installed" if c.installed else "bundled"
+        parts.append(f"cuDNN {c.version} ({src})")
+    if c.bundled and c.version and c.bundled.split(".")[:2] != c.version.split(".")[:2]:
+        parts.append(f"torch bundles {c.bundled}")
+    return ", ".join(parts) or "unknown"
+
+
+def framework_detail(fw: str, report: Report) -> Optional[str]:
+    bs = [b for b in report.backends if b.framework == fw]
+    if not bs:
+        return None
+    sel = next((b for b in bs if b.selected), None)
+    if sel is not None:
+        n = sum(1 for b in bs if b.available)
+        return f"uses {sel.name} ({n}/{len(bs)} backends available)"
+    if any(b.available is None for b in bs):
+        return "backend choice undecided (unknown facts)"
+    return "no backend for this workload"
+
+
+def area_lines(report: Report) -> List[AreaLine]:
+    by_area: Dict[str, List[Finding]] = {}
+    for f in report.findings:
+        by_area.setdefault(area_of(f), []).append(f)
+    lines: List[AreaLine] = []
+    detail, known = _gpu_detail(report)
+    fs = by_area.pop("gpu", [])
+    lines.append(AreaLine("gpu", worst(fs) if (fs or known) else "unknown", AREA_TITLES["gpu"], detail))
+    fs = by_area.pop("cuda", [])
+    lines.append(AreaLine("cuda", worst(fs), AREA_TITLES["cuda"], _cuda_detail(report)))
+    pkgs = report.facts.packages or {}
+    for fw in FRAMEWORK_AREAS:
+        fs = by_area.pop(fw, [])
+        det = framework_detail(fw, report)
+        if det is None and not fs:
+            continue
+        version = pkgs.get(fw if fw != "torch-sdpa" else "torch")
+        title = AREA_TITLES[fw] + (f" {version}" if version else "")
+        mark = worst(fs)
+        if det == "no backend for this workload" and mark == "ok":
+            mark = "error"
+        lines.append(AreaLine(fw, mark, title, det or ""))
+    for area in sorted(by_area):
+        fs = by_area[area]
+        n = len(fs)
+        lines.append(AreaLine(area, worst(fs), AREA_TITLES.get(area, area), f"{n} finding{'s' * (n != 1)}"))
+    if report.kernels:
+        counts: Dict[str, int] = {}
+        for c in report.kernels:
+            counts[c.status] = counts.get(c.status, 0) + 1
+        bad = counts.get("failed", 0) + counts.get("crashed", 0) + counts.get("timeout", 0)
+        detail = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+        lines.append(AreaLine("kernels", "error" if bad else "ok", AREA_TITLES["kernels"], detail))
+    elif report.kernels_skipped:
+        lines.append(AreaLine("kernels", "unknown", AREA_TITLES["kernels"], f"not run: {report.kernels_skipped}"))
+    not_eval = [rid for rid, st in report.rule_results if st == "not_evaluated"]
+    if not_eval:
+        lines.append(
+            AreaLine("unknown", "unknown", "Could not check", f"{len(not_eval)} rule(s) need facts that are unknown (-v lists them)")
+        )
+    return lines
+
+
+def describe_workload(w: Workload) -> str:
+    hd = f"hd {w.head_dim_qk}" if not w.mla else f"hd {w.head_dim_qk}/{w.head_dim_v}"
+    parts = [w.dtype, hd, f"{w.num_heads}/{w.num_kv_heads} heads", w.mask, f"seq {w.seq_len_q}" + (f"/{w.seq_len_kv}" if w.cross_attention else "")]
+    parts.append("training" if w.training else "inference")
+    if w.cp_size > 1:
+        parts.append(f"CP {w.cp_size} {w.cp_comm_type}")
+    if w.sliding_window:
+        parts.append(f"window {list(w.window_size or ())}")
+    if w.softcap:
+        parts.append(f"softcap {w.softcap:g}")
+    if w.qkv_packed:
+        parts.append("packed qkv")
+    if w.varlen:
+        parts.append("varlen")
+    if w.attn_implementation:
+        parts.append(w.attn_implementation)
+    return ", ".join(parts)
+
+
+def counts(report: Report) -> Dict[str, int]:
+    out = {"error": 0, "warning": 0, "info": 0, "not_evaluated": 0, "refuted": 0}
+    for f in report.findings:
+        if f.status == "not_evaluated":
+            out["not_evaluated"] += 1
+        elif f.status == "refuted":
+            out["refuted"] += 1
+        else:
+            out[f.severity] = out.get(f.severity, 0) + 1
+    out["rules"] = len(report.rule_results)
+    return out
+
+
+def backends_by_framework(report: Report) -> Dict[str, List[BackendStatus]]:
+    out: Dict[str, List[BackendStatus]] = {}
+    for b in report.backends:
+        out.setdefault(b.framework, []).append(b)
+    return out
