@@ -62,6 +62,7 @@ def check(
         assume=assume or [],
         assume_env=assume_env or [],
         rules_dirs=rules_dir or [],
+        loaded=not no_kernels,  # the torch-importing probe child only when kernels run anyway
     )
     kernel_run, skipped = None, None
     if no_kernels:

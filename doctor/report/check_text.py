@@ -9,6 +9,8 @@ from typing import List
 
 from rich.console import Console
 from rich.markup import escape
+from rich.padding import Padding
+from rich.text import Text
 
 from doctor import __version__
 from doctor.model import Finding, Report
@@ -23,7 +25,7 @@ MARKS = {
 SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
-def _finding(f: Finding, verbose: bool) -> List[str]:
+def _finding(f: Finding, verbose: bool) -> List[object]:
     if f.status == "not_evaluated":
         head = f"[dim]?[/] [bold]{escape(f.rule_id)}[/] [dim](not evaluated)[/] {escape(f.title)}"
     else:
@@ -32,7 +34,7 @@ def _finding(f: Finding, verbose: bool) -> List[str]:
         if f.status in ("confirmed", "refuted", "not_run"):
             label += f", {f.status.replace('_', ' ')} by kernels"
         head = f"[{style}]{label}[/] [bold]{escape(f.rule_id)}[/]  {escape(f.title)}"
-    out = [head, f"    {escape(f.message)}"]
+    out: List[object] = [head, Padding(Text(f.message), (0, 0, 0, 4))]
     if f.status == "not_evaluated":
         for m in f.missing[:3]:
             out.append(f"    [dim]unknown: {escape(m)}[/]")
@@ -50,13 +52,13 @@ def _finding(f: Finding, verbose: bool) -> List[str]:
                 actions.append(f"export {k}={v}")
             actions.extend(fix.config)
             verified = " [green](verified by re-check)[/]" if fix.verified else ""
-            out.append(f"    [bold]{lead}[/] {escape(fix.description)}{verified}")
+            out.append(Padding(Text.from_markup(f"[bold]{lead}[/] {escape(fix.description)}{verified}"), (0, 0, 0, 4)))
             for a in actions:
                 out.append(f"          {escape(a)}")
             if fix.cost:
                 out.append(f"          [dim]cost: {escape(fix.cost)}[/]")
-    if verbose or f.severity == "error":
-        out.append(f"    [dim]source: {escape(f.sources[0])}[/]" if f.sources else "")
+    if f.sources and (verbose or f.severity == "error"):
+        out.append(f"    [dim]source: {escape(f.sources[0])}[/]")
     return [line for line in out if line]
 
 
@@ -72,7 +74,8 @@ def render_check(report: Report, *, verbose: bool = False, color: bool = False, 
         soft_wrap=False,
         emoji=False,
     )
-    pr = console.print
+    def pr(obj: object = "") -> None:
+        console.print(obj, soft_wrap=isinstance(obj, str))
     facts = report.facts
     where = facts.source if facts.source != "probe" else f"probe of {facts.host or 'this machine'}"
     pr(f"[bold]attn-doctor {__version__}[/] · facts: {escape(where)}")
@@ -83,7 +86,7 @@ def render_check(report: Report, *, verbose: bool = False, color: bool = False, 
     pr("")
     for line in area_lines(report):
         mark = MARKS[line.mark][0 if color else 1]
-        pr(f"[{mark}] [bold]{escape(line.title)}[/]: {escape(line.detail)}" if color else f"[{mark}] {escape(line.title)}: {escape(line.detail)}")
+        pr(Text.from_markup(f"\\[{mark}] [bold]{escape(line.title)}[/]: ") + Text(line.detail))
     fired = [f for f in report.findings if f.status != "not_evaluated"]
     pending = [f for f in report.findings if f.status == "not_evaluated"]
     if fired:
@@ -100,7 +103,7 @@ def render_check(report: Report, *, verbose: bool = False, color: bool = False, 
                 state = "selected" if b.selected else "available" if b.available else "unknown" if b.available is None else "out"
                 mark = {"selected": "✓", "available": "·", "unknown": "?", "out": "✗"}[state]
                 why = "; ".join(b.reasons)
-                pr(f"    {mark} {escape(b.name)} [{state}]" + (f": {escape(why)}" if why else ""))
+                pr(Padding(Text(f"{mark} {b.name} [{state}]" + (f": {why}" if why else "")), (0, 0, 0, 4)))
                 for e in b.evidence:
                     pr(f"        [dim]kernel: {escape(e)}[/]")
         if pending:
@@ -125,4 +128,4 @@ def render_check(report: Report, *, verbose: bool = False, color: bool = False, 
     if c["refuted"]:
         tail += f", {c['refuted']} refuted by kernels"
     pr(f"{tail} · {c['rules']} rules checked" + ("" if verbose else " · -v for every backend's reasons"))
-    return buf.getvalue()
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"

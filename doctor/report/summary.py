@@ -73,7 +73,7 @@ def _cuda_detail(report: Report) -> str:
         parts.append("torch not installed")
     c = f.cudnn
     if c.version:
-        src = "loaded" if c.loaded else "installed" if c.installed else "bundled"
+        src = "loaded" if c.loaded else "installed" if c.installed else "bundled with torch" if c.bundled else "reported"
         parts.append(f"cuDNN {c.version} ({src})")
     if c.bundled and c.version and c.bundled.split(".")[:2] != c.version.split(".")[:2]:
         parts.append(f"torch bundles {c.bundled}")

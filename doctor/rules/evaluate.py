@@ -49,11 +49,11 @@ def render(template: str, ctx: Context) -> str:
         func, arg, path = m.group(1), m.group(2), m.group(3)
         if func == "reasons":  # every backend of a framework with why it is out
             parts = [
-                f"{b.name}: {'; '.join(b.reasons) or 'available'}"
+                f"\n  - {b.name}: {'; '.join(b.reasons) or 'available'}"
                 for b in ctx.backends.values()
                 if b.framework == arg
             ]
-            return " | ".join(parts) or "no backends"
+            return "".join(parts) or "no backends"
         if func == "selected":
             sel = ctx.selections.get(arg)
             return ctx.backends[sel].name if sel else "none"
