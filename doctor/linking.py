@@ -1,0 +1,128 @@
+"""Join the kernel verdicts to the static predictions.
+
+- A finding whose rule names kernel cases (`kernels:` globs) is `confirmed` when a matching
+  case failed or was refused, `refuted` when every matching case passed (observed working
+  here: downgraded to info), `not_run` when no matching case ran.
+- A backend the rules switched off whose cases passed is flagged as a prediction mismatch;
+  a backend the rules called available whose cases were refused or failed likewise.
+- A case that failed (wrong numbers), crashed or timed out where no rule predicted it becomes a
+  finding of its own with the library's error text.
+- Per-backend timings for the workload shape and the fastest backend that passed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from fnmatch import fnmatchcase
+from typing import Any, Dict, List, Sequence, Tuple
+
+from doctor.model import BackendStatus, CaseResult, Finding, Report
+from doctor.rules.loader import Catalogue
+
+BAD = ("failed", "crashed", "timeout")
+REFUSED = ("unsupported",)
+
+
+def _matches(case_id: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatchcase(case_id, p) for p in patterns)
+
+
+def _describe(c: CaseResult) -> str:
+    extra = f" (max rel error {c.max_rel_error:.3g})" if c.max_rel_error is not None and c.status == "failed" else ""
+    detail = f": {c.detail.strip()[:240]}" if c.detail else ""
+    return f"{c.id} {c.status}{extra}{detail}"
+
+
+def link_kernels(report: Report, cat: Catalogue, kernel_run: Any) -> Report:
+    results: Tuple[CaseResult, ...] = tuple(kernel_run.results)
+    explained: set = set()
+    findings: List[Finding] = []
+    for f in report.findings:
+        patterns = f.kernels
+        if not patterns or f.status != "fired":
+            findings.append(f)
+            continue
+        cases = [c for c in results if _matches(c.id, patterns) and c.status != "skipped"]
+        if not cases:
+            findings.append(replace(f, status="not_run"))
+            continue
+        bad = [c for c in cases if c.status in BAD + REFUSED]
+        explained.update(c.id for c in bad)
+        if bad:
+            findings.append(replace(f, status="confirmed", evidence=tuple(_describe(c) for c in bad[:4])))
+        else:
+            findings.append(
+                replace(
+                    f,
+                    status="refuted",
+                    severity="info",
+                    evidence=tuple(_describe(c) for c in cases[:4]) + ("observed working here: the static rule may be stale",),
+                )
+            )
+    backends: List[BackendStatus] = []
+    rule_kernels = {r.id: r.kernels for r in cat.rules if r.kernels}
+    for b in report.backends:
+        cases = [c for c in results if c.backend == b.id and c.status != "skipped"]
+        if not cases:
+            backends.append(b)
+            continue
+        ev: List[str] = []
+        predicted = [rule_kernels[r] for r in b.rule_ids if r in rule_kernels]
+        for c in cases:
+            if predicted and any(_matches(c.id, p) for p in predicted) and c.status in REFUSED + BAD:
+                ev.append(f"confirmed: {_describe(c)}")
+                explained.add(c.id)
+        backends.append(replace(b, evidence=tuple(ev)))
+    for c in results:
+        if c.id in explained or c.status not in BAD:
+            continue
+        findings.append(
+            Finding(
+                rule_id=f"KERNEL-{c.backend.upper().replace('.', '-').replace('_', '-')}-{c.status.upper()}",
+                severity="error",
+                title=f"{c.backend} {'gave wrong results' if c.status == 'failed' else c.status} in kernel case {c.id}",
+                message=(
+                    f"No rule predicted this: the kernel case {c.id} {c.status} on this machine. "
+                    + (c.detail.strip()[:400] if c.detail else "")
+                ),
+                status="confirmed",
+                area="kernels",
+                sources=(),
+                evidence=(_describe(c),),
+            )
+        )
+    # Deduplicate generated findings by id (one per backend and status), keep the first case.
+    seen: Dict[str, int] = {}
+    merged: List[Finding] = []
+    for f in findings:
+        if f.rule_id.startswith("KERNEL-") and f.rule_id in seen:
+            i = seen[f.rule_id]
+            merged[i] = replace(merged[i], evidence=merged[i].evidence + f.evidence)
+            continue
+        seen[f.rule_id] = len(merged)
+        merged.append(f)
+    extra_results = tuple((f.rule_id, "fired") for f in merged if f.rule_id.startswith("KERNEL-"))
+    return replace(
+        report,
+        findings=tuple(merged),
+        backends=tuple(backends),
+        kernels=results,
+        rule_results=report.rule_results + extra_results,
+        kernel_summary=_timings(results),
+    )
+
+
+def _timings(results: Sequence[CaseResult]) -> Tuple[Tuple[str, str], ...]:
+    timed = [c for c in results if c.status == "passed" and c.ms is not None]
+    if not timed:
+        return ()
+    best: Dict[str, CaseResult] = {}
+    for c in timed:
+        if c.backend not in best or (c.ms or 0) < (best[c.backend].ms or 0):
+            best[c.backend] = c
+    ranked = sorted(best.values(), key=lambda c: c.ms or 0.0)
+    lines = [("fastest backend that passed", f"{ranked[0].backend} ({ranked[0].ms:.3f} ms, case {ranked[0].id})")]
+    for c in ranked:
+        tf = f", {c.tflops:.1f} TFLOP/s" if c.tflops else ""
+        lines.append((c.backend, f"{c.ms:.3f} ms{tf} ({c.id})"))
+    return tuple(lines)
