@@ -188,7 +188,11 @@ def _schema_errors(doc: Any) -> List[Tuple[Sequence[Any], str]]:
         best = err
         if err.context:  # oneOf: report the branch that got furthest
             best = max(err.context, key=lambda e: len(list(e.absolute_path)))
-        out.append((list(best.absolute_path), _explain(best)))
+        where = list(best.absolute_path)
+        if best.validator == "additionalProperties":
+            extra = re.findall(r"'([^']+)' was unexpected", best.message)
+            where += extra[:1]  # point at the offending key's own line
+        out.append((where, _explain(best)))
     return out
 
 

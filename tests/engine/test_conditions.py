@@ -1,0 +1,59 @@
+"""Three-valued condition logic and version matching, as a rule author relies on them."""
+
+from __future__ import annotations
+
+from doctor.model import facts_from_snapshot
+from doctor.rules.conditions import Context, evaluate, version_matches
+from doctor.workload import build, default_workload
+
+
+def ctx(doc: dict, **workload: object) -> Context:
+    return Context(facts_from_snapshot(doc), build(workload, base=default_workload()))
+
+
+def test_local_labels_and_ngc_prereleases_match_like_their_release() -> None:
+    assert version_matches("2.4.0+cu121", "<=2.4.0")
+    assert version_matches("2.3.0a0+6ddf5cf.nv24.04", ">=2.3")
+    assert version_matches("1.13.0+e5edd6c", ">=1.11,<1.14")
+    assert not version_matches("2.6.3", "<2.6")
+    assert not version_matches("not-a-version", ">=1")
+
+
+def test_unknown_fact_makes_all_unknown_but_a_false_child_wins() -> None:
+    c = ctx({"packages": {"flash-attn": "2.6.3"}})  # no gpus section: GPU facts unknown
+    cond = {"all": [{"fact": "gpu.sm", "lt": 90}, {"package": "flash-attn", "version": ">=2.6"}]}
+    out = evaluate(cond, c)
+    assert out.value is None and any("gpu.sm" in m for m in out.missing)
+    cond_false = {"all": [{"fact": "gpu.sm", "lt": 90}, {"package": "flash-attn", "version": "<2.6"}]}
+    assert evaluate(cond_false, c).value is False
+
+
+def test_any_true_child_wins_over_unknown_and_not_keeps_unknown() -> None:
+    c = ctx({"packages": {}})
+    assert evaluate({"any": [{"fact": "gpu.sm", "ge": 90}, {"package": "torch", "installed": False}]}, c).value is True
+    assert evaluate({"not": {"fact": "gpu.sm", "ge": 90}}, c).value is None
+
+
+def test_absent_packages_section_is_unknown_but_absent_package_is_not_installed() -> None:
+    assert evaluate({"package": "torch", "installed": False}, ctx({})).value is None
+    assert evaluate({"package": "torch", "installed": False}, ctx({"packages": {}})).value is True
+    assert evaluate({"package": "Flash_Attn", "version": ">=2"}, ctx({"packages": {"flash-attn": "2.5.8"}})).value is True
+
+
+def test_env_unset_is_known_and_compares_false() -> None:
+    c = ctx({"env": {}})
+    assert evaluate({"env": "NVTE_FLASH_ATTN", "eq": "0"}, c).value is False
+    assert evaluate({"env": "NVTE_FLASH_ATTN", "is_set": False}, c).value is True
+    assert evaluate({"env": "NVTE_FLASH_ATTN", "eq": "0"}, ctx({})).value is None
+
+
+def test_version_strings_compare_as_versions_not_text() -> None:
+    c = ctx({"cudnn": {"version": "9.10.2"}, "gpus": [{"index": 0, "name": "x", "compute_capability": "9.0"}]})
+    assert evaluate({"fact": "cudnn.version", "ge": "9.3"}, c).value is True  # text compare would say "9.10" < "9.3"
+    assert evaluate({"fact": "gpu.sm", "eq": 90}, c).value is True
+
+
+def test_workload_derived_facts() -> None:
+    c = ctx({}, head_dim_qk=192, head_dim_v=128, num_heads=16, num_kv_heads=1, context_parallel={"size": 2, "comm_type": "all_gather"})
+    assert evaluate({"all": [{"fact": "workload.mla", "eq": True}, {"fact": "workload.gqa", "eq": True}, {"fact": "workload.head_dim_max", "eq": 192}, {"fact": "workload.cp_comm_type", "eq": "all_gather"}]}, c).value is True
+    assert evaluate({"fact": "workload.cp_comm_type", "eq": "p2p"}, ctx({})).value is False  # no CP: comm type is None

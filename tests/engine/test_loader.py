@@ -1,0 +1,91 @@
+"""Bad rule files fail loudly with file:line, the rule id and a hint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from doctor.errors import ExitCode, RuleError
+from doctor.rules.loader import load_catalogue
+
+GOOD = """
+rules:
+  - id: MY-RULE
+    severity: warning
+    title: t
+    message: m
+    when: {package: torch, version: ">=2.0"}
+    fixes: [{description: d, pins: ["torch==2.6.0"]}]
+    sources: [https://github.com/pytorch/pytorch/issues/1]
+    tests:
+      fires: [{packages: {torch: "2.6.0"}}]
+      passes: [{packages: {torch: "1.13.1"}}]
+"""
+
+
+def load(tmp_path: Path, text: str) -> None:
+    p = tmp_path / "r.yaml"
+    p.write_text(text)
+    load_catalogue([p], builtin=False, use_cache=False)
+
+
+def test_good_file_loads(tmp_path: Path) -> None:
+    load(tmp_path, GOOD)
+
+
+@pytest.mark.parametrize(
+    "edit,line,needle",
+    [
+        (lambda s: s.replace("    title: t\n", "    title: t\n    colour: red\n"), 6, "unknown key 'colour'"),
+        (lambda s: s.replace('version: ">=2.0"', 'version: "=>2.0"'), 7, "bad version specifier"),
+        (lambda s: s.replace('"torch==2.6.0"', '"torch latest"'), 8, "is not NAME==VERSION"),
+        (lambda s: s.replace("{package: torch, version", "{fact: gpu.smm, lt: 1, version"), 7, "unknown fact 'gpu.smm'"),
+        (lambda s: s.replace("    sources: [https://github.com/pytorch/pytorch/issues/1]\n", ""), 3, "'sources' is required"),
+        (lambda s: s.replace("when: {package", "when: {bogus: 1, package"), 7, ""),
+    ],
+)
+def test_bad_rule_names_file_line_and_rule(tmp_path: Path, edit, line: int, needle: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(RuleError) as exc:
+        load(tmp_path, edit(GOOD))
+    text = exc.value.one_line()
+    assert text.startswith(f"{tmp_path / 'r.yaml'}:{line}:"), text
+    assert "MY-RULE" in text
+    assert needle in text
+    assert exc.value.exit_code == ExitCode.USAGE
+
+
+def test_python_tags_are_rejected_not_executed(tmp_path: Path) -> None:
+    with pytest.raises(RuleError) as exc:
+        load(tmp_path, "rules: !!python/object/apply:os.system ['echo pwned']\n")
+    assert ":1:" in exc.value.one_line() and "invalid YAML" in exc.value.one_line()
+
+
+def test_duplicate_ids_across_files(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(GOOD)
+    (tmp_path / "b.yaml").write_text(GOOD)
+    with pytest.raises(RuleError, match="duplicate id"):
+        load_catalogue([tmp_path], builtin=False, use_cache=False)
+
+
+def test_rule_cannot_disable_unknown_backend(tmp_path: Path) -> None:
+    bad = GOOD.replace("    severity: warning\n", "    disables: te.nonexistent\n")
+    with pytest.raises(RuleError, match="unknown backend 'te.nonexistent'"):
+        p = tmp_path / "r.yaml"
+        p.write_text(bad)
+        load_catalogue([p], builtin=True, use_cache=False)
+
+
+def test_cache_is_used_and_invalidated_on_edit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    rules = tmp_path / "mine"
+    rules.mkdir()
+    (rules / "r.yaml").write_text(GOOD)
+    first = load_catalogue([rules], builtin=False)
+    assert list((tmp_path / "cache" / "attn-doctor").glob("catalogue-*.json"))
+    assert load_catalogue([rules], builtin=False) == first
+    (rules / "r.yaml").write_text(GOOD.replace("severity: warning", "severity: error"))
+    import os
+
+    os.utime(rules / "r.yaml", ns=(1, 1))
+    assert load_catalogue([rules], builtin=False).rule("MY-RULE").severity == "error"
