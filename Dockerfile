@@ -12,7 +12,6 @@ FROM ${BASE}
 COPY . /opt/attn-doctor
 RUN python -m pip install --no-cache-dir "typer>=0.12" "rich>=13.7" "packaging>=23.0" "pyyaml>=6.0" "nvidia-ml-py>=12.535" "jsonschema>=4.18" \
  && python -m pip install --no-cache-dir --no-deps /opt/attn-doctor \
- && python -m pip check || true \
  && attn-doctor rules list >/dev/null
 
 ENTRYPOINT ["attn-doctor"]

@@ -1,0 +1,87 @@
+"""Workloads from files, flags and Hugging Face configs, and the errors a user sees."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from doctor.commands.options import parse_workload_flags
+from doctor.errors import InputError
+from doctor.workload import resolve_workload, workload_from_model
+
+
+def test_no_workload_is_the_default_profile_and_says_so() -> None:
+    w = resolve_workload()
+    assert (w.dtype, w.head_dim_qk, w.num_heads, w.num_kv_heads, w.mask, w.training, w.seq_len_q) == ("bf16", 128, 32, 8, "causal", True, 4096)
+    assert w.source == "default profile" and "head_dim_qk" in w.defaulted
+
+
+def test_flags_override_file_and_mark_fields_as_given(tmp_path: Path) -> None:
+    f = tmp_path / "w.yaml"
+    f.write_text("dtype: float16\nhead_dim: 64\ncontext_parallel: {size: 2, comm_type: all_gather}\n")
+    w = resolve_workload(workload_file=f, flags=parse_workload_flags(["--head-dim-qk", "192", "--inference"]))
+    assert (w.dtype, w.head_dim_qk, w.head_dim_v, w.training) == ("fp16", 192, 64, False)
+    assert w.cp_size == 2 and w.cp_comm_type == "all_gather"
+    assert "dtype" not in w.defaulted and "mask" in w.defaulted
+    assert w.source == f"{f} + flags"
+
+
+def test_unknown_key_in_file_names_key_and_line(tmp_path: Path) -> None:
+    f = tmp_path / "w.yaml"
+    f.write_text("dtype: bf16\nhead_dims: 128\n")
+    with pytest.raises(InputError) as exc:
+        resolve_workload(workload_file=f)
+    assert exc.value.one_line().startswith(f"{f}:2: workload: unknown key 'head_dims'")
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("mask: diagonal\n", "expected one of no_mask, causal"),
+        ("head_dim: -3\n", "must be >= 1"),
+        ("num_heads: 32\nnum_kv_heads: 5\n", "must divide num_heads"),
+        ("dropout: 1.5\n", "must be in [0, 1)"),
+        ("window_size: 128\n", "expected [left, right]"),
+        ("dtype: [bf16\n", "invalid YAML"),
+        ("- 1\n- 2\n", "must be a mapping"),
+    ],
+)
+def test_bad_workload_values(tmp_path: Path, text: str, needle: str) -> None:
+    f = tmp_path / "w.yaml"
+    f.write_text(text)
+    with pytest.raises(InputError) as exc:
+        resolve_workload(workload_file=f)
+    assert needle in exc.value.one_line()
+
+
+def test_unknown_flag_is_a_usage_error_listing_flags() -> None:
+    with pytest.raises(InputError) as exc:
+        parse_workload_flags(["--head-dimm", "128"])
+    assert "no such option: --head-dimm" in exc.value.one_line() and "--head-dim-qk" in exc.value.one_line()
+
+
+def test_deepseek_mla_config(tmp_path: Path) -> None:
+    cfg = {"num_attention_heads": 128, "num_key_value_heads": 128, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "hidden_size": 7168, "torch_dtype": "bfloat16", "max_position_embeddings": 163840}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    w = resolve_workload(model=tmp_path)
+    assert (w.head_dim_qk, w.head_dim_v, w.mla, w.dtype, w.seq_len_q) == (192, 128, True, "bf16", 4096)
+
+
+def test_gemma2_softcap_window_and_gqa(tmp_path: Path) -> None:
+    cfg = {"num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "hidden_size": 3584, "sliding_window": 4096, "attn_logit_softcapping": 50.0, "torch_dtype": "bfloat16"}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    out = workload_from_model(p)
+    assert out["head_dim"] == 256 and out["softcap"] == 50.0 and out["window_size"] == [4095, 0] and out["num_kv_heads"] == 8
+
+
+def test_model_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="model config not found"):
+        resolve_workload(model=tmp_path / "nope")
+    bad = tmp_path / "config.json"
+    bad.write_text('{"num_attention_heads": 8,,}')
+    with pytest.raises(InputError) as exc:
+        resolve_workload(model=bad)
+    assert exc.value.line == 1 and "invalid JSON" in exc.value.message
