@@ -46,7 +46,9 @@ def cuda_version_from_int(value: int) -> str:
 
 def _nvml_error(exc: BaseException) -> str:
     text = _str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
+    if isinstance(exc, OSError) or type(exc).__name__ in text:
+        return text
+    return f"{type(exc).__name__}: {text}"
 
 
 def from_nvml(nvml: Any) -> GpuProbe:

@@ -41,7 +41,7 @@ class Skipped:
 class PackageScan:
     dists: Mapping[str, Dist]
     skipped: Tuple[Skipped, ...]
-    modules: Mapping[str, str]  # top-level importable name -> first path entry holding it
+    modules: Mapping[str, str]  # top-level importable name -> its folder or file (first on path)
     paths: Tuple[str, ...]  # the path entries that were folders and could be listed
 
     def version(self, name: str) -> Optional[str]:
@@ -138,7 +138,7 @@ def scan(paths: Sequence[str]) -> PackageScan:
                 continue
             module = _MODULE_SUFFIX.sub("", folder)
             if module.isidentifier():
-                modules.setdefault(module, entry)
+                modules.setdefault(module, os.path.join(entry, folder))
     # A distribution found later on the path fixes an earlier broken copy only if it is the
     # one import would use; a skipped entry for a name we did find is noise.
     kept = tuple(s for s in skipped if s.name not in dists)

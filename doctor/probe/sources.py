@@ -118,8 +118,8 @@ def load_pynvml() -> Any:
 
     try:
         ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError as exc:
-        raise OSError(f"libnvidia-ml.so.1 not found ({exc})") from None
+    except OSError:
+        raise OSError("libnvidia-ml.so.1 cannot be loaded") from None
     import pynvml
 
     return pynvml

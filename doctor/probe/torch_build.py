@@ -57,11 +57,11 @@ def parse_version_file(text: str) -> Dict[str, Optional[str]]:
 def read(scan: PackageScan) -> Optional[TorchBuild]:
     """The torch that `import torch` would find on the scanned path, or None if there is none."""
     dist = scan.dists.get("torch")
-    site_dir = dist.site_dir if dist else scan.modules.get("torch")
-    if site_dir is None:
+    module = scan.modules.get("torch")
+    if dist is None and module is None:
         return None
     # import resolves the package by path order; prefer that copy's version.py
-    pkg_dir = scan.modules.get("torch", site_dir)
+    pkg_dir = os.path.dirname(module) if module else dist.site_dir  # type: ignore[union-attr]
     version_file = Path(pkg_dir, "torch", "version.py")
     values: Dict[str, Optional[str]] = {}
     found_file: Optional[str] = None

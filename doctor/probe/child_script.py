@@ -1,0 +1,103 @@
+"""The script the loaded-facts child process runs (never imported by attn-doctor itself).
+
+`doctor/probe/child.py` passes this file's text to `python -c` together with the module
+names to try, so it needs nothing from attn-doctor and runs under whichever interpreter owns
+the torch install. It prints one JSON line per finished step, each prefixed with MARKER and
+flushed at once, so a timeout or a crash part-way still leaves the steps that finished.
+"""
+
+import json
+import sys
+import time
+
+MARKER = "@@attn-doctor@@ "
+
+
+def emit(record):
+    sys.stdout.write(MARKER + json.dumps(record, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def error_text(exc):
+    text = "%s: %s" % (type(exc).__name__, exc)
+    return text[:2000]
+
+
+def loaded_library(fragment):
+    """Path of the first mapped file whose name contains `fragment` (Linux /proc/self/maps)."""
+    try:
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                path = line.rstrip("\n").split(" ", 5)[-1].strip()
+                name = path.rsplit("/", 1)[-1]
+                if name.startswith(fragment):
+                    return path
+    except OSError:
+        return None
+    return None
+
+
+def attempt(fn):
+    try:
+        return {"value": fn()}
+    except BaseException as exc:  # noqa: B902 - report everything, including SystemExit
+        return {"error": error_text(exc)}
+
+
+def torch_facts(torch):
+    facts = {
+        "version": attempt(lambda: str(torch.__version__)),
+        "cuda": attempt(lambda: torch.version.cuda),
+        "hip": attempt(lambda: getattr(torch.version, "hip", None)),
+        "git_version": attempt(lambda: getattr(torch.version, "git_version", None)),
+        "cxx11_abi": attempt(lambda: bool(torch._C._GLIBCXX_USE_CXX11_ABI)),
+        "cudnn_version_int": attempt(lambda: torch.backends.cudnn.version()),
+    }
+    facts["cudnn_path"] = {"value": loaded_library("libcudnn.so")}
+    facts["cudart_path"] = {"value": loaded_library("libcudart.so")}
+    return facts
+
+
+def cuda_facts(torch):
+    return {
+        "cuda_available": attempt(lambda: bool(torch.cuda.is_available())),
+        "device_count": attempt(lambda: int(torch.cuda.device_count())),
+        "arch_list": attempt(lambda: list(torch.cuda.get_arch_list())),
+    }
+
+
+def try_import(name):
+    start = time.time()
+    try:
+        __import__(name)
+    except ModuleNotFoundError as exc:
+        missing = getattr(exc, "name", None) or ""
+        status = "missing" if missing and (name == missing or name.startswith(missing + ".")) else "error"
+        return {"status": status, "error": error_text(exc), "seconds": round(time.time() - start, 3)}
+    except BaseException as exc:  # noqa: B902
+        return {"status": "error", "error": error_text(exc), "seconds": round(time.time() - start, 3)}
+    return {"status": "ok", "seconds": round(time.time() - start, 3)}
+
+
+def main(names):
+    emit({"step": "start", "python": sys.version.split()[0], "executable": sys.executable})
+    emit({"step": "begin", "name": "torch"})
+    start = time.time()
+    try:
+        import torch
+    except BaseException as exc:  # noqa: B902
+        emit({"step": "torch_import", "status": "error", "error": error_text(exc)})
+        emit({"step": "done"})
+        return
+    emit({"step": "torch_import", "status": "ok", "seconds": round(time.time() - start, 3)})
+    emit({"step": "torch", "facts": torch_facts(torch)})
+    for name in names:
+        emit({"step": "begin", "name": name})
+        emit({"step": "import", "name": name, "result": try_import(name)})
+    # after the imports: on a wedged GPU these are the calls that can hang
+    emit({"step": "begin", "name": "cuda"})
+    emit({"step": "cuda", "facts": cuda_facts(torch)})
+    emit({"step": "done"})
+
+
+main(sys.argv[1:])

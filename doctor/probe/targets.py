@@ -1,0 +1,36 @@
+"""The attention modules the probe tries to import, and which distributions provide them."""
+
+from __future__ import annotations
+
+from typing import Mapping, Tuple
+
+IMPORTS: Tuple[str, ...] = (
+    "flash_attn",
+    "flash_attn_2_cuda",
+    "flash_attn_interface",  # FlashAttention-3 (hopper)
+    "flash_attn.cute",  # FlashAttention-4
+    "transformer_engine",
+    "transformer_engine.pytorch",
+    "xformers",
+)
+
+# module -> distributions whose presence means the import is worth trying (and whose version
+# the decoder quotes in a fix)
+IMPORT_DISTS: Mapping[str, Tuple[str, ...]] = {
+    "flash_attn": ("flash-attn",),
+    "flash_attn_2_cuda": ("flash-attn",),
+    "flash_attn_interface": ("flash-attn-3", "flash-attn"),
+    "flash_attn.cute": ("flash-attn-4",),
+    "transformer_engine": ("transformer-engine", "transformer-engine-torch"),
+    "transformer_engine.pytorch": ("transformer-engine-torch", "transformer-engine"),
+    "xformers": ("xformers",),
+}
+
+# torch facts only the child process can know
+TORCH_LOADED_FACTS: Tuple[str, ...] = (
+    "cxx11_abi",
+    "cuda_available",
+    "device_count",
+    "arch_list",
+    "cudnn_version",
+)

@@ -1,0 +1,335 @@
+"""Read, check and write snapshot files: the probe's document saved as JSON or YAML.
+
+A snapshot taken inside a GPU training image can be checked later on a CPU-only CI runner
+(`attn-doctor check --env snapshot.json`). Every problem with the file is an `InputError`
+naming the file and line, so the CLI exits 2 with one line a person can act on. A
+hand-written snapshot with only some sections loads: what is absent is unknown.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from doctor.errors import InputError
+from doctor.model import SCHEMA_VERSION
+
+RECREATE = "fix the file or re-create it with `attn-doctor probe --format json > FILE`"
+IMPORT_STATUSES = ("ok", "error", "missing", "timeout")
+SECTIONS = (
+    "schema_version", "doctor_version", "created", "host", "python", "platform", "packages",
+    "torch", "cuda", "cudnn", "gpus", "imports", "env", "unknown", "provenance",
+)
+_CC = re.compile(r"^\d+\.\d+$")
+
+Key = Union[str, int]
+
+
+class _Locator:
+    """Line numbers for key paths, found only when an error needs one (parses with yaml)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._root: Any = None
+        self._parsed = False
+
+    def _tree(self) -> Any:
+        if not self._parsed:
+            self._parsed = True
+            try:
+                import yaml
+
+                self._root = yaml.compose(self.text, Loader=yaml.SafeLoader)
+            except Exception:  # noqa: BLE001 - best effort: fall back to a text search
+                self._root = None
+        return self._root
+
+    def line(self, path: Sequence[Key]) -> Optional[int]:
+        """1-based line of the last key of `path` that exists in the file (None if not found)."""
+        import yaml
+
+        node = self._tree()
+        found: Optional[int] = None
+        for key in path:
+            child = None
+            if isinstance(node, yaml.SequenceNode) and isinstance(key, int) and 0 <= key < len(node.value):
+                child = node.value[key]
+                found = child.start_mark.line + 1
+            elif isinstance(node, yaml.MappingNode):
+                for k, v in node.value:
+                    if getattr(k, "value", None) == str(key):
+                        child, found = v, k.start_mark.line + 1
+                        break
+            if child is None:
+                break
+            node = child
+        if found is None:
+            last = next((k for k in reversed(path) if isinstance(k, str)), None)
+            pattern = re.compile(r'(^|[\s{,"])' + re.escape(str(last)) + r'"?\s*:')
+            for i, text_line in enumerate(self.text.splitlines(), 1):
+                if last is not None and pattern.search(text_line):
+                    return i
+        return found
+
+
+def _dotted(path: Sequence[Key]) -> str:
+    out = ""
+    for key in path:
+        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else str(key))
+    return out
+
+
+class _Checker:
+    def __init__(self, path: str, locator: _Locator) -> None:
+        self.path = path
+        self.locator = locator
+
+    def fail(self, where: Sequence[Key], message: str, hint: Optional[str] = None) -> InputError:
+        return InputError(
+            f"{_dotted(where)}: {message}" if where else message,
+            path=self.path,
+            line=self.locator.line(where) if where else 1,
+            hint=hint,
+        )
+
+    def text(self, value: Any, where: Sequence[Key], *, optional: bool = True) -> Optional[str]:
+        """A string; ints become strings, floats and booleans are refused (YAML 2.10 -> 2.1)."""
+        if value is None and optional:
+            return None
+        if isinstance(value, str):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        if isinstance(value, float):
+            raise self.fail(
+                where,
+                f"expected a string, got the number {value!r}",
+                hint='quote it in the file, e.g. "2.10": unquoted, YAML reads 2.10 as the number 2.1',
+            )
+        raise self.fail(where, f"expected a string, got {type(value).__name__}")
+
+    def typed(self, value: Any, kind: type, where: Sequence[Key], label: str) -> Any:
+        if value is None:
+            return None
+        if (kind is int and isinstance(value, bool)) or not isinstance(value, kind):
+            raise self.fail(where, f"expected {label}, got {type(value).__name__} {value!r}")
+        return value
+
+    def mapping(self, value: Any, where: Sequence[Key], *, optional: bool = True) -> Optional[Dict[str, Any]]:
+        if value is None and optional:
+            return None
+        if not isinstance(value, Mapping):
+            raise self.fail(where, f"expected a mapping, got {type(value).__name__}")
+        return {str(k): v for k, v in value.items()}
+
+    def seq(self, value: Any, where: Sequence[Key]) -> Optional[List[Any]]:
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            raise self.fail(where, f"expected a list, got {type(value).__name__}")
+        return value
+
+    def str_map(self, value: Any, where: Sequence[Key]) -> Optional[Dict[str, Optional[str]]]:
+        m = self.mapping(value, where)
+        if m is None:
+            return None
+        return {k: self.text(v, [*where, k]) for k, v in m.items()}
+
+    def fields(self, section: Dict[str, Any], where: Sequence[Key], spec: Mapping[str, Callable[[Any, List[Key]], Any]]) -> Dict[str, Any]:
+        out = dict(section)
+        for key, check in spec.items():
+            if key in section:
+                out[key] = check(section[key], [*where, key])
+        return out
+
+
+def _compute_capability(ck: _Checker, value: Any, where: Sequence[Key]) -> str:
+    if isinstance(value, float) and _CC.match(repr(value)):
+        value = repr(value)  # YAML `8.0`: one decimal, so no 2.10 -> 2.1 ambiguity
+    if not isinstance(value, str) or not _CC.match(value):
+        raise ck.fail(
+            where,
+            f"compute capability must be \"X.Y\" (like \"8.0\" or \"9.0\"), got {value!r}",
+            hint='sm_80 is "8.0", sm_90 is "9.0", sm_120 is "12.0"',
+        )
+    return value
+
+
+def validate_snapshot(doc: Any, path: Union[str, Path] = "<snapshot>", text: Optional[str] = None) -> Dict[str, Any]:
+    """Check a parsed snapshot and return it normalized (ints that are versions become strings).
+
+    `text` is the file's content, used only to find line numbers for errors.
+    """
+    name = str(path)
+    ck = _Checker(name, _Locator(text or ""))
+    if not isinstance(doc, Mapping):
+        kind = "a list" if isinstance(doc, list) else type(doc).__name__
+        raise InputError(
+            f"the top level must be a mapping of sections (packages, torch, gpus, ...), got {kind}",
+            path=name,
+            line=1,
+            hint=RECREATE,
+        )
+    out: Dict[str, Any] = {str(k): v for k, v in doc.items()}
+    version = out.get("schema_version")
+    if version is None:
+        out["schema_version"] = SCHEMA_VERSION
+        prov = out.get("provenance") if isinstance(out.get("provenance"), Mapping) else {}
+        out["provenance"] = {**prov, "schema_version": "assumed 1 (absent from the file)"}
+    elif version != SCHEMA_VERSION or isinstance(version, bool):
+        raise ck.fail(
+            ["schema_version"],
+            f"unsupported schema_version {version!r}: this attn-doctor reads version {SCHEMA_VERSION}",
+            hint="upgrade attn-doctor, or re-create the snapshot with this version's `attn-doctor probe --format json`",
+        )
+
+    opt_text = lambda v, w: ck.text(v, w)  # noqa: E731
+    opt_bool = lambda v, w: ck.typed(v, bool, w, "true/false")  # noqa: E731
+    opt_int = lambda v, w: ck.typed(v, int, w, "an integer")  # noqa: E731
+
+    def str_list(v: Any, w: List[Key]) -> Optional[List[str]]:
+        items = ck.seq(v, w)
+        return None if items is None else [str(ck.text(x, [*w, i], optional=False)) for i, x in enumerate(items)]
+
+    for key in ("packages", "env", "unknown", "provenance"):
+        if key in out:
+            out[key] = ck.str_map(out[key], [key])
+    for key in ("host", "doctor_version", "created"):
+        if key in out:
+            out[key] = ck.text(out[key], [key])
+    if "python" in out:
+        sec = ck.mapping(out["python"], ["python"])
+        out["python"] = None if sec is None else ck.fields(sec, ["python"], {k: opt_text for k in ("version", "implementation", "executable")})
+    if "platform" in out:
+        sec = ck.mapping(out["platform"], ["platform"])
+        out["platform"] = None if sec is None else ck.fields(sec, ["platform"], {k: opt_text for k in ("os", "arch", "libc")})
+    if "torch" in out:
+        sec = ck.mapping(out["torch"], ["torch"])
+        spec: Dict[str, Callable[[Any, List[Key]], Any]] = {
+            k: opt_text for k in ("version", "cuda", "hip", "git_version", "cudnn_version")
+        }
+        spec.update(cxx11_abi=opt_bool, cuda_available=opt_bool, device_count=opt_int, arch_list=str_list)
+        out["torch"] = None if sec is None else ck.fields(sec, ["torch"], spec)
+    if "cuda" in out:
+        sec = ck.mapping(out["cuda"], ["cuda"])
+        spec = {k: opt_text for k in ("driver_version", "driver_cuda", "runtime")}
+        spec["runtime_wheels"] = lambda v, w: ck.str_map(v, w)
+        out["cuda"] = None if sec is None else ck.fields(sec, ["cuda"], spec)
+    if "cudnn" in out:
+        sec = ck.mapping(out["cudnn"], ["cudnn"])
+        spec = {k: opt_text for k in ("version", "loaded", "loaded_path", "installed", "bundled", "bundled_dist", "mismatch")}
+
+        def rows(v: Any, w: List[Key]) -> Optional[List[Dict[str, Any]]]:
+            items = ck.seq(v, w)
+            if items is None:
+                return None
+            checked = []
+            for i, item in enumerate(items):
+                row = ck.mapping(item, [*w, i], optional=False) or {}
+                checked.append({k: ck.text(x, [*w, i, k]) for k, x in row.items()})
+            return checked
+
+        spec.update(wheels=rows, system=rows)
+        out["cudnn"] = None if sec is None else ck.fields(sec, ["cudnn"], spec)
+    if "gpus" in out:
+        gpus = ck.seq(out["gpus"], ["gpus"])
+        if gpus is not None:
+            checked_gpus = []
+            for i, item in enumerate(gpus):
+                where: List[Key] = ["gpus", i]
+                gpu = ck.mapping(item, where, optional=False) or {}
+                if "compute_capability" not in gpu:
+                    raise ck.fail(where, "a GPU needs compute_capability (\"8.0\")", hint=RECREATE)
+                gpu["compute_capability"] = _compute_capability(ck, gpu["compute_capability"], [*where, "compute_capability"])
+                gpu.setdefault("index", i)
+                ck.typed(gpu["index"], int, [*where, "index"], "an integer")
+                gpu["name"] = ck.text(gpu.get("name", "unknown GPU"), [*where, "name"], optional=False)
+                ck.typed(gpu.get("memory_mib"), int, [*where, "memory_mib"], "an integer (MiB)")
+                checked_gpus.append(gpu)
+            gpus = checked_gpus
+        out["gpus"] = gpus
+    if "imports" in out:
+        imports = ck.mapping(out["imports"], ["imports"]) or {}
+        for mod, st in imports.items():
+            where = ["imports", mod]
+            entry = ck.mapping(st, where, optional=False) or {}
+            status = entry.get("status")
+            if status not in IMPORT_STATUSES:
+                raise ck.fail(
+                    [*where, "status"] if "status" in entry else where,
+                    f"import status must be one of {', '.join(IMPORT_STATUSES)}, got {status!r}",
+                )
+            imports[mod] = {k: (ck.text(v, [*where, k]) if k != "status" else v) for k, v in entry.items()}
+        out["imports"] = imports
+    return out
+
+
+def parse_snapshot(text: str, path: Union[str, Path] = "<snapshot>") -> Dict[str, Any]:
+    """Parse JSON or YAML text (JSON first unless the name ends in .yaml/.yml) and validate it."""
+    name = str(path)
+    if not text.strip():
+        raise InputError("empty file, not a snapshot", path=name, hint=RECREATE)
+    suffix = Path(name).suffix.lower()
+    as_yaml = suffix in (".yaml", ".yml")
+    doc: Any
+    if not as_yaml:
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            if suffix == ".json" or text.lstrip()[:1] in ("{", "["):
+                raise InputError(f"invalid JSON: {exc.msg}", path=name, line=exc.lineno, hint=RECREATE) from None
+            as_yaml = True
+    if as_yaml:
+        doc = _parse_yaml(text, name)
+    return validate_snapshot(doc, name, text)
+
+
+def _parse_yaml(text: str, name: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        problem = exc.problem or exc.context or "syntax error"
+        raise InputError(f"invalid YAML: {problem}", path=name, line=line, hint=RECREATE) from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"invalid YAML: {exc}", path=name, hint=RECREATE) from None
+
+
+def load_snapshot(path: Union[str, Path]) -> Dict[str, Any]:
+    """Read a snapshot file. Raises InputError (exit 2) with file and line on any problem."""
+    p = Path(path)
+    name = str(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise InputError(
+            "no such snapshot file",
+            path=name,
+            hint="create one with `attn-doctor probe --format json > FILE`",
+        ) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, not a snapshot file", path=name) from None
+    except PermissionError:
+        raise InputError("cannot read the snapshot: permission denied", path=name) from None
+    except OSError as exc:
+        raise InputError(f"cannot read the snapshot: {exc.strerror or exc}", path=name) from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise InputError("not UTF-8 text (is this a snapshot file?)", path=name, line=line, hint=RECREATE) from None
+    return parse_snapshot(text, name)
+
+
+def dump(doc: Mapping[str, Any], fmt: str = "json") -> str:
+    """The snapshot as JSON (default) or YAML text, ending in a newline."""
+    if fmt == "yaml":
+        import yaml
+
+        return yaml.safe_dump(dict(doc), sort_keys=False, allow_unicode=True, default_flow_style=False)
+    return json.dumps(doc, indent=2, ensure_ascii=False, default=str) + "\n"
