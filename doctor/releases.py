@@ -1,16 +1,38 @@
 """The release catalogue: real versions the doctor may pin, and what each torch wheel bundles.
 
-Data lives in rules/releases/*.json (shipped in the wheel). Lookups are cached per process.
+Data lives in rules/releases/*.json (shipped in the wheel; refreshed by `attn-doctor releases
+refresh`):
+
+    torch.json               default PyPI torch wheels: the CUDA, cuDNN, NCCL, Triton each pins
+    <package>.json           every version of a package on PyPI, with the Pythons it installs on
+    flash-attn-wheels.json   which prebuilt flash-attn wheels each release published (GitHub)
+
+`torch_bundle` is what the what-if (doctor.assume) uses; `load_release_catalogue` is what the
+fix planner uses. Lookups are cached per process and directory.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Dict, Optional
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from doctor.resources import rules_dir
+
+# Packages whose every PyPI version the catalogue lists (one file each).
+CATALOGUE_PACKAGES = (
+    "torch",
+    "flash-attn",
+    "transformer-engine",
+    "transformers",
+    "xtuner",
+    "nvidia-cudnn-cu11",
+    "nvidia-cudnn-cu12",
+    "nvidia-cudnn-cu13",
+)
 
 
 @dataclass(frozen=True)
@@ -23,15 +45,133 @@ class TorchBundle:
     cudnn: Optional[str]
     nccl: Optional[str] = None
     triton: Optional[str] = None
+    python: Optional[str] = None  # PEP 440 specifier: the Pythons PyPI has a wheel for
+    cxx11_abi: Optional[bool] = None  # torch._C._GLIBCXX_USE_CXX11_ABI of the PyPI wheel
+
+
+@dataclass(frozen=True)
+class Release:
+    """One version of a package on the index."""
+
+    version: str
+    python: Optional[str] = None  # PEP 440 specifier over the Python version; None: any
+    requires: Mapping[str, str] = field(default_factory=dict)  # Requires-Dist on packages we pin
+    works_with: Mapping[str, str] = field(default_factory=dict)  # run-time windows (if installed)
+
+
+@dataclass(frozen=True)
+class PackageReleases:
+    """Every known version of one package, oldest first."""
+
+    name: str
+    releases: Tuple[Release, ...]
+    source: str = ""
+    retrieved: str = ""
+
+    def get(self, version: str) -> Optional[Release]:
+        for r in self.releases:
+            if r.version == version:
+                return r
+        return None
+
+    @property
+    def versions(self) -> Tuple[str, ...]:
+        return tuple(r.version for r in self.releases)
+
+
+@dataclass(frozen=True)
+class FlashAttnBuild:
+    """One row of a flash-attn release's wheel matrix: a torch line it was built against."""
+
+    torch: str  # major.minor as it appears in the wheel name: "2.3"
+    torch_build: str  # the torch the CI installed: "2.3.0", "2.4.0.dev20240514"
+    cuda: Tuple[str, ...]  # CUDA toolkits the CI built with: "12.2.2"
+    python: Tuple[str, ...]  # "3.10"
+    cxx11_abi: Tuple[bool, ...] = (False, True)
+
+
+@dataclass(frozen=True)
+class BrokenWheel:
+    """Published wheels known not to import on some torch builds."""
+
+    flash_attn: str  # specifier over the flash-attn version
+    torch: str  # major.minor
+    cxx11_abi: Optional[bool]
+    why: str
+    source: str
+
+
+@dataclass(frozen=True)
+class ReleaseCatalogue:
+    packages: Mapping[str, PackageReleases]
+    torch: Tuple[TorchBundle, ...] = ()
+    flash_attn_wheels: Mapping[str, Tuple[FlashAttnBuild, ...]] = field(default_factory=dict)
+    broken_wheels: Tuple[BrokenWheel, ...] = ()
+    retrieved: str = ""
+
+    def knows(self, name: str) -> bool:
+        return name in self.packages
+
+    def exists(self, name: str, version: str) -> bool:
+        pkg = self.packages.get(name)
+        return pkg is not None and pkg.get(version) is not None
+
+    def versions(self, name: str) -> Tuple[str, ...]:
+        pkg = self.packages.get(name)
+        return pkg.versions if pkg else ()
+
+    def torch_row(self, version: str) -> Optional[TorchBundle]:
+        for row in self.torch:
+            if row.version == version:
+                return row
+        return None
+
+    def python_ok(self, name: str, version: str, python: Optional[str]) -> bool:
+        """Can this version be installed on this Python? True when either is unknown."""
+        from doctor.rules.conditions import version_matches
+
+        if not python:
+            return True
+        spec: Optional[str] = None
+        if name == "torch" and self.torch_row(version) is not None:
+            spec = self.torch_row(version).python  # type: ignore[union-attr]
+        else:
+            pkg = self.packages.get(name)
+            rel = pkg.get(version) if pkg else None
+            spec = rel.python if rel else None
+        if not spec:
+            return True
+        return version_matches(python, spec)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _read(path: Path) -> Dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 @lru_cache(maxsize=None)
-def _load(name: str) -> Dict[str, Any]:
-    path = rules_dir() / "releases" / f"{name}.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+def _load(name: str, directory: Optional[str] = None) -> Dict[str, Any]:
+    base = Path(directory) if directory else rules_dir() / "releases"
+    return _read(base / f"{name}.json")
+
+
+def _bundle(row: Mapping[str, Any]) -> TorchBundle:
+    return TorchBundle(
+        version=row["version"],
+        cuda=row.get("cuda"),
+        cudnn_dist=row.get("cudnn_dist"),
+        cudnn=row.get("cudnn"),
+        nccl=row.get("nccl"),
+        triton=row.get("triton"),
+        python=row.get("python"),
+        cxx11_abi=row.get("cxx11_abi"),
+    )
 
 
 def torch_bundle(version: str) -> Optional[TorchBundle]:
@@ -48,11 +188,73 @@ def torch_bundle(version: str) -> Optional[TorchBundle]:
     row = (exact or same_minor or [None])[-1]
     if row is None:
         return None
-    return TorchBundle(
-        version=row["version"],
-        cuda=row.get("cuda"),
-        cudnn_dist=row.get("cudnn_dist"),
-        cudnn=row.get("cudnn"),
-        nccl=row.get("nccl"),
-        triton=row.get("triton"),
+    return _bundle(row)
+
+
+@lru_cache(maxsize=8)
+def _catalogue(directory: Optional[str]) -> ReleaseCatalogue:
+    from doctor.rules.conditions import parse_version
+
+    packages: Dict[str, PackageReleases] = {}
+    dates: List[str] = []
+    for name in CATALOGUE_PACKAGES:
+        doc = _load(name, directory)
+        rows = doc.get("releases") or []
+        if name == "torch" and not rows:
+            rows = [{"version": r["version"], "python": r.get("python")} for r in doc.get("torch", [])]
+        if not rows:
+            continue
+        rels = sorted(
+            (
+                Release(
+                    version=str(r["version"]),
+                    python=r.get("python"),
+                    requires=MappingProxyType(dict(r.get("requires") or {})),
+                    works_with=MappingProxyType(dict(r.get("works_with") or {})),
+                )
+                for r in rows
+            ),
+            key=lambda r: parse_version(r.version) or parse_version("0"),
+        )
+        packages[name] = PackageReleases(
+            name=name, releases=tuple(rels), source=str(doc.get("source", "")), retrieved=str(doc.get("retrieved", ""))
+        )
+        if doc.get("retrieved"):
+            dates.append(str(doc["retrieved"]))
+    torch_rows = tuple(_bundle(r) for r in _load("torch", directory).get("torch", []))
+    wheels_doc = _load("flash-attn-wheels", directory)
+    wheels: Dict[str, Tuple[FlashAttnBuild, ...]] = {}
+    for rel in wheels_doc.get("releases", []):
+        wheels[str(rel["version"])] = tuple(
+            FlashAttnBuild(
+                torch=str(b["torch"]),
+                torch_build=str(b.get("torch_build", b["torch"])),
+                cuda=tuple(str(c) for c in b.get("cuda", ())),
+                python=tuple(str(p) for p in b.get("python", ())),
+                cxx11_abi=tuple(bool(x) for x in b.get("cxx11_abi", (False, True))),
+            )
+            for b in rel.get("builds", [])
+        )
+    broken = tuple(
+        BrokenWheel(
+            flash_attn=str(b["flash_attn"]),
+            torch=str(b["torch"]),
+            cxx11_abi=b.get("cxx11_abi"),
+            why=str(b["why"]),
+            source=str(b["source"]),
+        )
+        for b in wheels_doc.get("broken", [])
     )
+    return ReleaseCatalogue(
+        packages=MappingProxyType(packages),
+        torch=torch_rows,
+        flash_attn_wheels=MappingProxyType(wheels),
+        broken_wheels=broken,
+        retrieved=max(dates) if dates else "",
+    )
+
+
+def load_release_catalogue(directory: Optional[Path] = None) -> ReleaseCatalogue:
+    """The release catalogue shipped with attn-doctor, or the one in `directory`
+    (written by `attn-doctor releases refresh --output DIR`)."""
+    return _catalogue(str(directory) if directory else None)
