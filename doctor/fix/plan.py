@@ -1,0 +1,759 @@
+"""Plan one consistent set of changes that clears the error and warning findings.
+
+    candidates   each fired finding's own fixes (rules/findings/*.yaml), plus versions generated
+                 from the release catalogue: the nearest releases of every package the rule's
+                 condition names, torch releases (with the CUDA and cuDNN they bundle), and
+                 cuDNN wheels for torch's CUDA major. Pins that are not real releases, do not
+                 install on this Python, or break another package's requirements are dropped.
+    search       uniform-cost search over sets of candidates, cheapest first:
+                 (torch moves, config changes, packages changed, flash-attn source builds,
+                 version distance, env changes). A set is tried by re-running every rule on
+                 the facts as they would be (doctor.assume: a torch pin also moves CUDA and
+                 cuDNN); findings it creates become new targets, so a candidate that triggers
+                 another rule is only kept together with a fix for that rule.
+    result       a frozen FixPlan: pins, env, config, what stays unresolved, the flash-attn
+                 wheel to install, conflicts pip will report, alternatives, and steps.
+
+Pure: no I/O, no printing. `doctor.fix.pinfile` writes the pins; doctor/report/fix_*.py render.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+
+from doctor.assume import apply_env, apply_pins, apply_workload, parse_pin
+from doctor.fix.wheels import WheelChoice, choose_wheel, wheel_target
+from doctor.model import Facts, Finding, Workload
+from doctor.releases import ReleaseCatalogue, torch_bundle
+from doctor.rules.conditions import normalize_dist, parse_version, version_matches
+from doctor.rules.conditions import Context
+from doctor.rules.evaluate import Diagnosis, diagnose, render
+from doctor.rules.loader import Catalogue, Rule
+
+TARGET_SEVERITIES = ("error", "warning")
+MAX_EVALUATIONS = 600  # sets of candidates re-checked per plan (each is one `diagnose`)
+PER_DIRECTION = 2  # generated versions kept below and above the installed one
+SCAN_PER_DIRECTION = 40  # versions looked at on each side before giving up
+
+
+# --------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class Change:
+    """One candidate fix, from a rule's `fixes` or generated from the release catalogue."""
+
+    rule_id: str
+    description: str
+    pins: Tuple[str, ...] = ()
+    env: Tuple[Tuple[str, Optional[str]], ...] = ()
+    config: Tuple[str, ...] = ()
+    workload_json: str = ""  # the workload changes as canonical JSON ("" for none)
+    cost: Optional[str] = None
+    origin: str = "rule"  # rule | catalogue
+
+    @property
+    def workload(self) -> Dict[str, Any]:
+        return json.loads(self.workload_json) if self.workload_json else {}
+
+    @property
+    def key(self) -> Tuple[Any, ...]:
+        return (tuple(sorted(self.pins)), tuple(sorted(self.env)), self.workload_json)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing for the user to do, in order."""
+
+    kind: str  # pip | wheel | build | env | config | note | verify
+    text: str
+    command: str = ""
+    rule_ids: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """Another way to clear some findings, with what it costs."""
+
+    rule_ids: Tuple[str, ...]
+    description: str
+    pins: Tuple[str, ...] = ()
+    env: Mapping[str, Optional[str]] = field(default_factory=dict)
+    config: Tuple[str, ...] = ()
+    cost: Optional[str] = None
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class FixPlan:
+    pins: Tuple[str, ...]
+    env: Mapping[str, Optional[str]]  # None: unset the variable
+    config: Tuple[str, ...]
+    workload_changes: Mapping[str, Any]
+    changes: Tuple[Change, ...]  # the chosen candidates (and companions), in step order
+    targets: Tuple[Finding, ...]  # the fired error/warning findings the plan is for
+    cleared: Tuple[str, ...]
+    unresolved: Tuple[str, ...]
+    not_evaluated: Tuple[str, ...]  # findings that could not be evaluated (missing facts)
+    new_findings: Tuple[str, ...] = ()  # fired after the plan but not before (empty when verified)
+    steps: Tuple[Step, ...] = ()
+    conflicts: Tuple[str, ...] = ()  # what pip will report as conflicting
+    wheels: Tuple[WheelChoice, ...] = ()
+    alternatives: Tuple[Alternative, ...] = ()
+    notes: Tuple[str, ...] = ()
+    torch_reason: Optional[str] = None  # why torch must move, when it does
+    verified: bool = False  # every rule re-run with the plan assumed: nothing new, targets cleared
+    catalogue_date: str = ""
+
+    @property
+    def complete(self) -> bool:
+        return not self.unresolved
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _v(text: str) -> Any:
+    return parse_version(text) or parse_version("0")
+
+
+def distance(a: Optional[str], b: str, ordered: Sequence[str] = ()) -> int:
+    """How far apart two versions are: a major step outweighs any number of minor steps, a
+    minor step outweighs patch steps; patch steps count releases between (when known)."""
+    if a is None:
+        return 50
+    va, vb = _v(a), _v(b)
+    ra = (list(va.release) + [0, 0])[:2]
+    rb = (list(vb.release) + [0, 0])[:2]
+    if ra[0] != rb[0]:
+        return 10000 * abs(ra[0] - rb[0])
+    steps = 1
+    if ordered and a in ordered and b in ordered:
+        steps = abs(ordered.index(a) - ordered.index(b))
+    elif va != vb:
+        steps = max(1, abs(((list(va.release) + [0, 0, 0])[2]) - ((list(vb.release) + [0, 0, 0])[2])))
+    return 100 * abs(ra[1] - rb[1]) + min(steps, 99)
+
+
+def _leaves(cond: Any) -> Iterable[Mapping[str, Any]]:
+    if isinstance(cond, Mapping):
+        for key in ("all", "any"):
+            if key in cond:
+                for child in cond[key]:
+                    yield from _leaves(child)
+                return
+        if "not" in cond:
+            yield from _leaves(cond["not"])
+            return
+        yield cond
+
+
+def _fired_bad(diag: Diagnosis) -> List[str]:
+    return [f.rule_id for f in diag.findings if f.status == "fired" and f.severity in TARGET_SEVERITIES]
+
+
+def _mm(version: Optional[str]) -> Optional[str]:
+    if not version:
+        return None
+    v = parse_version(version)
+    return f"{v.major}.{v.minor}" if v else None
+
+
+# --------------------------------------------------------------------------- the planner
+
+
+@dataclass
+class _Merged:
+    pins: Dict[str, str]
+    env: Dict[str, Optional[str]]
+    workload: Dict[str, Any]
+    config: List[str]
+    companions: List[Change]
+    notes: List[str]
+
+
+@dataclass
+class _Eval:
+    merged: _Merged
+    facts: Facts
+    workload: Workload
+    diagnosis: Diagnosis
+    bad: Tuple[str, ...]
+    cost: Tuple[int, ...]
+
+
+class _Planner:
+    def __init__(self, rel: ReleaseCatalogue, cat: Catalogue, facts: Facts, workload: Workload, before: Diagnosis) -> None:
+        self.rel, self.cat, self.facts, self.workload, self.before = rel, cat, facts, workload, before
+        self.installed: Dict[str, str] = dict(facts.packages or {})
+        self.torch0: Optional[str] = facts.torch.version or self.installed.get("torch")
+        pv = parse_version(facts.python.version) if facts.python.version else None
+        self.python: Optional[str] = f"{pv.major}.{pv.minor}" if pv else None
+        self.env0: Dict[str, str] = dict(facts.env or {})
+        self.targets: List[str] = _fired_bad(before)
+        self.notes: List[str] = []
+        self.pool: List[Change] = []
+        self.by_rule: Dict[str, List[int]] = {}
+        self.evals: Dict[FrozenSet[int], Optional[_Eval]] = {}
+        self.baseline_violations = set(self._violations(self.installed))
+
+    # ---------------------------------------------------------------- consistency
+
+    def _release(self, name: str, version: str) -> Any:
+        pkg = self.rel.packages.get(name)
+        return pkg.get(version) if pkg else None
+
+    def _violations(self, packages: Mapping[str, str]) -> List[str]:
+        """Requirements of installed releases (requires, works_with) that `packages` break."""
+        out: List[str] = []
+        for name, version in packages.items():
+            rel = self._release(name, parse_version(version).public if parse_version(version) else version)
+            if rel is None:
+                continue
+            for other, spec in list(rel.requires.items()) + list(rel.works_with.items()):
+                have = packages.get(other)
+                if have is not None and not version_matches(have, spec):
+                    out.append(f"{name} {version} needs {other}{spec}, not {have}")
+        return out
+
+    def _python_ok(self, name: str, version: str) -> bool:
+        return self.rel.python_ok(name, version, self.python)
+
+    def cudnn_dist(self, torch_version: Optional[str] = None) -> Optional[str]:
+        cuda = None
+        if torch_version is None:
+            cuda = self.facts.torch.cuda
+            torch_version = self.torch0
+        if cuda is None and torch_version:
+            b = torch_bundle(torch_version)
+            cuda = b.cuda if b else None
+        if not cuda:
+            return None
+        return f"nvidia-cudnn-cu{_v(cuda).major}"
+
+    # ---------------------------------------------------------------- candidates
+
+    def _check_pin(self, rule_id: str, text: str) -> Optional[Tuple[str, str]]:
+        """A rule's pin, as a real release that fits, or None (with a note saying why)."""
+        name, version = parse_pin(text)
+        if name.startswith("nvidia-cudnn-cu"):
+            want = self.cudnn_dist()
+            if want and want != name:
+                pkg = self.rel.packages.get(want)
+                newer = [v for v in (pkg.versions if pkg else ()) if _v(v) >= _v(version)]
+                if not newer:
+                    self.notes.append(f"{rule_id}: {text} is for another CUDA major and {want} has no {version} or newer")
+                    return None
+                self.notes.append(f"{rule_id}: {text} becomes {want}=={newer[0]} to match torch's CUDA major")
+                name, version = want, newer[0]
+        if name == "torch":
+            if self.rel.torch_row(version) is None:
+                self.notes.append(f"{rule_id}: torch=={version} is not in the torch table (its CUDA and cuDNN are unknown); not pinned")
+                return None
+        elif not self.rel.knows(name):
+            self.notes.append(f"{rule_id}: {name} is not in the release catalogue, so {text} cannot be checked; not pinned")
+            return None
+        elif not self.rel.exists(name, version):
+            self.notes.append(f"{rule_id}: {name}=={version} is not a release on PyPI; nearby releases are tried instead")
+            return None
+        if not self._python_ok(name, version):
+            self.notes.append(f"{rule_id}: {name}=={version} does not install on Python {self.python}")
+            return None
+        return name, version
+
+    def _companions(self, name: str, version: str) -> Optional[List[str]]:
+        """Pins a release needs besides itself (its Requires-Dist on packages we track)."""
+        rel = self._release(name, version)
+        out: List[str] = []
+        if rel is None:
+            return out
+        for other, spec in list(rel.requires.items()) + list(rel.works_with.items()):
+            have = self.installed.get(other)
+            if have is None or version_matches(have, spec):
+                continue
+            ok = [v for v in self.rel.versions(other) if version_matches(v, spec) and self._python_ok(other, v) and not _v(v).is_prerelease]
+            if not ok:
+                return None
+            best = min(ok, key=lambda v: distance(have, v, self.rel.versions(other)))
+            out.append(f"{other}=={best}")
+        return out
+
+    def _clears_alone(self, change: Change) -> bool:
+        ev = self.evaluate_changes([change])
+        return ev is not None and change.rule_id not in ev.bad
+
+    def _add(self, change: Change) -> None:
+        idx = self.by_rule.setdefault(change.rule_id, [])
+        if any(self.pool[i].key == change.key for i in idx):
+            return
+        if not self._clears_alone(change):
+            return
+        self.pool.append(change)
+        idx.append(len(self.pool) - 1)
+
+    def _current(self, name: str) -> Optional[str]:
+        if name == "torch":
+            return self.torch0
+        if name.startswith("nvidia-cudnn-cu"):
+            return self.installed.get(name) or self.facts.cudnn.version
+        return self.installed.get(name)
+
+    def _generate_versions(self, rule: Rule, name: str, current: Optional[str], ways: Set[str]) -> None:
+        ordered = self.rel.versions(name)
+        if not ordered:
+            return
+        pre_ok = current is not None and _v(current).is_prerelease
+        pool = [
+            v
+            for v in ordered
+            if v != current and v != "0.0.0" and (pre_ok or not _v(v).is_prerelease) and self._python_ok(name, v)
+        ]
+        if current is None:
+            sides = [sorted(pool, key=_v, reverse=True)]
+        else:
+            cur = _v(current)
+            below = sorted((v for v in pool if _v(v) < cur), key=lambda v: distance(current, v, ordered))
+            above = sorted((v for v in pool if _v(v) > cur), key=lambda v: distance(current, v, ordered))
+            sides = [below if "down" in ways else [], above if "up" in ways else []]
+        for side in sides:
+            kept = 0
+            for version in side[:SCAN_PER_DIRECTION]:
+                extra = self._companions(name, version)
+                if extra is None:
+                    continue
+                pins = (f"{name}=={version}", *extra)
+                verb = "Install" if current is None else ("Downgrade" if _v(version) < _v(current) else "Upgrade")
+                desc = f"{verb} {name}{' ' + current if current else ''} -> {version}"
+                if extra:
+                    desc += " (with " + ", ".join(extra) + ", which it requires)"
+                cost = None
+                if name == "torch":
+                    b = self.rel.torch_row(version)
+                    desc = f"Move torch {current} -> {version} (bundles CUDA {b.cuda}, cuDNN {b.cudnn})" if b else desc
+                    cost = "a torch change: flash-attn and TransformerEngine must be reinstalled for it"
+                change = Change(rule_id=rule.id, description=desc, pins=pins, cost=cost, origin="catalogue")
+                before = len(self.by_rule.get(rule.id, []))
+                self._add(change)
+                if len(self.by_rule.get(rule.id, [])) > before:
+                    kept += 1
+                if kept >= PER_DIRECTION:
+                    break
+
+    def candidates(self, rule_id: str) -> List[int]:
+        if rule_id in self.by_rule:
+            return self.by_rule[rule_id]
+        self.by_rule[rule_id] = []
+        try:
+            rule = self.cat.rule(rule_id)
+        except KeyError:
+            return []
+        # 1. the rule's own fixes
+        for fix, wl in zip(rule.fixes, rule.fix_workloads):
+            if not (fix.pins or fix.env or wl):
+                continue  # advice that cannot be re-checked stays advice
+            pins: List[str] = []
+            ok = True
+            for text in fix.pins:
+                checked = self._check_pin(rule_id, text)
+                if checked is None:
+                    ok = False
+                    break
+                extra = self._companions(*checked)
+                if extra is None:
+                    ok = False
+                    break
+                for pin in [f"{checked[0]}=={checked[1]}", *extra]:
+                    if pin.split("==")[0] not in {x.split("==")[0] for x in pins}:
+                        pins.append(pin)
+            if not ok:
+                continue
+            env = tuple(sorted((k, None if v is None else str(v)) for k, v in dict(fix.env).items()))
+            self._add(
+                Change(
+                    rule_id=rule_id,
+                    description=" ".join(render(fix.description, Context(self.facts, self.workload)).split()),
+                    pins=tuple(pins),
+                    env=env,
+                    config=fix.config,
+                    workload_json=json.dumps(dict(wl), sort_keys=True) if wl else "",
+                    cost=render(fix.cost, Context(self.facts, self.workload)) if fix.cost else None,
+                    origin="rule",
+                )
+            )
+        # 2. versions generated from the release catalogue, for the packages the rule's own fixes
+        #    pin and in the direction they move them (a rule that fixes by downgrading flash-attn
+        #    gets the nearest lower flash-attn that fits; moving out of a range the other way
+        #    could drop the feature the workload uses).
+        directions: Dict[str, Set[str]] = {}
+        for fix in rule.fixes:
+            for text in fix.pins:
+                name, version = parse_pin(text)
+                if name.startswith("nvidia-cudnn-cu"):
+                    name = self.cudnn_dist() or name
+                current = self._current(name)
+                if current is None or _v(version) == _v(current):
+                    continue
+                directions.setdefault(name, set()).add("down" if _v(version) < _v(current) else "up")
+                if name.startswith("nvidia-cudnn-cu"):
+                    directions.setdefault("torch", set()).add("down" if _v(version) < _v(current) else "up")
+        for name, ways in directions.items():
+            if name == "torch":
+                if self.torch0:
+                    self._generate_torch(rule, ways)
+            elif self.rel.knows(name):
+                self._generate_versions(rule, name, self._current(name), ways)
+        return self.by_rule[rule_id]
+
+    def _generate_torch(self, rule: Rule, ways: Set[str]) -> None:
+        rows = [r for r in self.rel.torch if _v(r.version).base_version != _v(self.torch0 or "0").base_version]
+        driver = self.facts.cuda.driver_cuda
+        rows = [r for r in rows if self._python_ok("torch", r.version) and not (driver and r.cuda and _v(r.cuda) > _v(driver))]
+        cur = _v(self.torch0 or "0")
+        order = [r.version for r in self.rel.torch]
+        below = [r for r in rows if _v(r.version) < cur] if "down" in ways else []
+        above = [r for r in rows if _v(r.version) > cur] if "up" in ways else []
+        for side in (below, above):
+            kept = 0
+            for row in sorted(side, key=lambda r: distance(self.torch0, r.version, order)):
+                before = len(self.by_rule.get(rule.id, []))
+                self._add(
+                    Change(
+                        rule_id=rule.id,
+                        description=f"Move torch {self.torch0} -> {row.version} (bundles CUDA {row.cuda}, cuDNN {row.cudnn})",
+                        pins=(f"torch=={row.version}",),
+                        cost="a torch change: flash-attn and TransformerEngine must be reinstalled for it",
+                        origin="catalogue",
+                    )
+                )
+                if len(self.by_rule.get(rule.id, [])) > before:
+                    kept += 1
+                if kept >= PER_DIRECTION:
+                    break
+
+    # ---------------------------------------------------------------- evaluation
+
+    def merge(self, changes: Sequence[Change]) -> Optional[_Merged]:
+        pins: Dict[str, str] = {}
+        env: Dict[str, Optional[str]] = {}
+        wl: Dict[str, Any] = {}
+        config: List[str] = []
+        for ch in changes:
+            for text in ch.pins:
+                name, version = parse_pin(text)
+                if pins.get(name, version) != version:
+                    return None
+                pins[name] = version
+            for k, v in ch.env:
+                if k in env and env[k] != v:
+                    return None
+                env[k] = v
+            for k, v in ch.workload.items():
+                if k in wl and wl[k] != v:
+                    if isinstance(v, Mapping) and isinstance(wl[k], Mapping):
+                        both = {**wl[k], **v}
+                        if any(wl[k].get(x, both[x]) != both[x] or v.get(x, both[x]) != both[x] for x in both):
+                            return None
+                        wl[k] = both
+                        continue
+                    return None
+                wl[k] = v
+            config.extend(c for c in ch.config if c not in config)
+        merged = _Merged(pins=pins, env=env, workload=wl, config=config, companions=[], notes=[])
+        self._torch_companions(merged)
+        return merged
+
+    def _torch_companions(self, merged: _Merged) -> None:
+        """A torch move needs flash-attn rebuilt for it: reinstall the same release from a
+        wheel for the new torch, or move to the nearest release that has one."""
+        new = merged.pins.get("torch")
+        if not new or _mm(new) == _mm(self.torch0) or "flash-attn" not in self.installed or "flash-attn" in merged.pins:
+            return
+        target = wheel_target(self.facts, new)
+        if target is None:
+            return
+        current = self.installed["flash-attn"]
+        base = _v(current).public
+        if choose_wheel(self.rel, base, target).available:
+            merged.pins["flash-attn"] = base
+            merged.companions.append(
+                Change("", f"Reinstall flash-attn {base} built for torch {_mm(new)}", pins=(f"flash-attn=={base}",), origin="companion")
+            )
+            return
+        ordered = self.rel.versions("flash-attn")
+        windows = [spec for name, ver in self.installed.items() for rel in [self._release(name, ver)] if rel for other, spec in rel.works_with.items() if other == "flash-attn"]
+        fits = [
+            v
+            for v in ordered
+            if not _v(v).is_prerelease
+            and all(version_matches(v, s) for s in windows)
+            and choose_wheel(self.rel, v, target).available
+        ]
+        if fits:
+            best = min(fits, key=lambda v: distance(current, v, ordered))
+            merged.pins["flash-attn"] = best
+            merged.companions.append(
+                Change("", f"flash-attn {current} has no wheel for torch {_mm(new)}: move to {best}, the nearest that has one", pins=(f"flash-attn=={best}",), origin="companion")
+            )
+        else:
+            merged.notes.append(f"no flash-attn release has a prebuilt wheel for torch {_mm(new)}: rebuild flash-attn {current} from source after moving torch")
+
+    def _apply(self, merged: _Merged) -> Tuple[Facts, Workload]:
+        facts, workload = self.facts, self.workload
+        if merged.pins:
+            # torch first: its bundle resets cuDNN; an explicit cuDNN pin then wins.
+            order = sorted(merged.pins.items(), key=lambda kv: (kv[0] != "torch", kv[0]))
+            facts = apply_pins(facts, [f"{k}=={v}" for k, v in order])
+        if merged.env:
+            facts = apply_env(facts, merged.env)
+        if merged.workload:
+            workload = apply_workload(workload, merged.workload)
+        return facts, workload
+
+    def cost(self, merged: _Merged) -> Tuple[int, ...]:
+        torch_moved = int("torch" in merged.pins and _v(merged.pins["torch"]).base_version != _v(self.torch0 or "0").base_version)
+        changed = [n for n, v in merged.pins.items() if self.installed.get(n) != v and not (n == "torch" and not torch_moved)]
+        builds = 0
+        if "flash-attn" in merged.pins:
+            target = wheel_target(self.facts, merged.pins.get("torch"))
+            if target is not None and not choose_wheel(self.rel, merged.pins["flash-attn"], target).available:
+                builds = 1
+        dist = 0
+        for n in changed:
+            current = self.installed.get(n)
+            if current is None and n.startswith("nvidia-cudnn-cu"):
+                current = self.facts.cudnn.version
+            dist += distance(current, merged.pins[n], self.rel.versions(n) or [r.version for r in self.rel.torch])
+        env_changes = sum(1 for k, v in merged.env.items() if self.env0.get(k) != v)
+        return (torch_moved, len(merged.workload), len(changed), builds, dist, env_changes)
+
+    def evaluate_changes(self, changes: Sequence[Change]) -> Optional[_Eval]:
+        merged = self.merge(changes)
+        if merged is None:
+            return None
+        facts, workload = self._apply(merged)
+        if set(self._violations(dict(facts.packages or {}))) - self.baseline_violations:
+            return None
+        diag = diagnose(self.cat, facts, workload)
+        return _Eval(merged=merged, facts=facts, workload=workload, diagnosis=diag, bad=tuple(_fired_bad(diag)), cost=self.cost(merged))
+
+    def evaluate(self, state: FrozenSet[int]) -> Optional[_Eval]:
+        if state not in self.evals:
+            self.evals[state] = self.evaluate_changes([self.pool[i] for i in sorted(state)])
+        return self.evals[state]
+
+    # ---------------------------------------------------------------- search
+
+    def search(self, allow: Optional[Any] = None) -> Tuple[FrozenSet[int], Optional[_Eval]]:
+        """Cheapest set of candidates that leaves no fixable error or warning; else the set that
+        clears the most targets without creating anything new."""
+        targets = set(self.targets)
+        start: FrozenSet[int] = frozenset()
+        ev0 = self.evaluate(start)
+        assert ev0 is not None
+        heap: List[Tuple[Tuple[int, ...], int, FrozenSet[int]]] = [(ev0.cost, 0, start)]
+        seen: Set[FrozenSet[int]] = {start}
+        counter = itertools.count(1)
+        best: Tuple[Tuple[Any, ...], FrozenSet[int]] = ((0, ev0.cost), start)
+        evaluations = 0
+        while heap and evaluations < MAX_EVALUATIONS:
+            _, _, state = heapq.heappop(heap)
+            ev = self.evaluate(state)
+            if ev is None:
+                continue
+            new = [r for r in ev.bad if r not in targets]
+            fixable = [r for r in ev.bad if self.candidates(r)]
+            if not new:
+                key = (-len(targets - set(ev.bad)), ev.cost)
+                if key < best[0]:
+                    best = (key, state)
+                if not fixable:
+                    return state, ev
+            if not fixable:
+                continue
+            rule_id = fixable[0]
+            for idx in self.candidates(rule_id):
+                if idx in state or (allow is not None and not allow(self.pool[idx])):
+                    continue
+                nxt = state | {idx}
+                if nxt in seen:
+                    continue
+                seen.add(nxt)
+                ev2 = self.evaluate(nxt)
+                evaluations += 1
+                if ev2 is None:
+                    continue
+                heapq.heappush(heap, (ev2.cost, next(counter), nxt))
+        return best[1], self.evaluate(best[1])
+
+
+# --------------------------------------------------------------------------- assembling the plan
+
+
+def _conflicts(planner: _Planner, merged: _Merged) -> List[str]:
+    """Pins pip will refuse or warn about: a cuDNN wheel other than the one torch pins exactly."""
+    out: List[str] = []
+    torch_v = merged.pins.get("torch") or planner.torch0
+    bundle = torch_bundle(torch_v) if torch_v else None
+    for name, version in merged.pins.items():
+        if not name.startswith("nvidia-cudnn-cu") or bundle is None or not bundle.cudnn:
+            continue
+        if bundle.cudnn_dist == name and bundle.cudnn != version:
+            out.append(
+                f"torch {torch_v} requires {name}=={bundle.cudnn} exactly: pip will report a conflict "
+                f"(\"torch {torch_v} requires {name}=={bundle.cudnn}, but you have {name} {version} which is incompatible\"). "
+                f"It works if installed after torch, but the next `pip install torch` puts {bundle.cudnn} back."
+            )
+    return out
+
+
+def _steps(planner: _Planner, ev: _Eval, changes: Sequence[Change], wheels: Sequence[WheelChoice], conflicts: Sequence[str]) -> List[Step]:
+    merged = ev.merged
+    steps: List[Step] = []
+    by_pkg: Dict[str, Tuple[str, ...]] = {}
+    for ch in changes:
+        for p in ch.pins:
+            by_pkg.setdefault(parse_pin(p)[0], tuple(x for x in (ch.rule_id,) if x))
+    torch_v = merged.pins.get("torch")
+    if torch_v and _v(torch_v).base_version != _v(planner.torch0 or "0").base_version:
+        steps.append(Step("pip", f"Install torch {torch_v}", f'pip install "torch=={torch_v}"', by_pkg.get("torch", ())))
+        if any(n.startswith("transformer-engine") for n in planner.installed):
+            te = merged.pins.get("transformer-engine") or planner.installed.get("transformer-engine")
+            steps.append(
+                Step("pip", f"Rebuild TransformerEngine's torch extension against torch {torch_v}",
+                     f'pip install --no-build-isolation --force-reinstall --no-deps "transformer-engine[pytorch]=={te}"')
+            )
+    for name, version in sorted(merged.pins.items()):
+        if name in ("torch", "flash-attn"):
+            continue
+        if planner.installed.get(name) == version:
+            continue
+        text = f"Install {name} {version}"
+        if name.startswith("nvidia-cudnn-cu") and conflicts:
+            text += " after torch (pip reports the conflict below; the install still happens)"
+        steps.append(Step("pip", text, f'pip install "{name}=={version}"', by_pkg.get(name, ())))
+    for wheel in wheels:
+        if wheel.available and wheel.url:
+            steps.append(Step("wheel", f"Install the prebuilt flash-attn {wheel.version} wheel for this torch", f"pip install --no-deps --force-reinstall {wheel.url}", by_pkg.get("flash-attn", ())))
+        else:
+            steps.append(Step("build", f"Build flash-attn {wheel.version} from source (no prebuilt wheel fits)", wheel.build, by_pkg.get("flash-attn", ())))
+    for name, value in sorted(merged.env.items()):
+        if value is None:
+            steps.append(Step("env", f"Unset {name}", f"unset {name}"))
+        else:
+            steps.append(Step("env", f"Set {name}={value} in the training environment", f"export {name}={value}"))
+    for c in merged.config:
+        steps.append(Step("config", c))
+    for note in merged.notes:
+        steps.append(Step("note", note))
+    assume = " ".join(f"--assume {k}=={v}" for k, v in sorted(merged.pins.items()))
+    assume_env = " ".join(f"--assume-env {k}={v}" if v is not None else f"--assume-env {k}" for k, v in sorted(merged.env.items()))
+    cmd = " ".join(x for x in ("attn-doctor check", assume, assume_env) if x)
+    steps.append(Step("verify", "Check the plan before installing anything (what-if), then again after", cmd))
+    return steps
+
+
+def _alternatives(planner: _Planner, chosen: FrozenSet[int]) -> List[Alternative]:
+    out: List[Alternative] = []
+    chosen_keys = {planner.pool[i].key for i in chosen}
+    for rule_id in planner.targets:
+        idxs = [i for i in planner.candidates(rule_id) if planner.pool[i].key not in chosen_keys]
+        ranked = []
+        for i in idxs:
+            ev = planner.evaluate(frozenset({i}))
+            if ev is None or rule_id in ev.bad:
+                continue
+            new = [r for r in ev.bad if r not in planner.targets]
+            ranked.append((ev.cost, i, new))
+        for cost, i, new in sorted(ranked)[:3]:
+            ch = planner.pool[i]
+            whys = [f"also triggers {', '.join(new)}"] if new else []
+            if cost[3]:
+                whys.append("no prebuilt flash-attn wheel fits this torch: a source build")
+            if cost[0]:
+                whys.append("moves torch")
+            why = "; ".join(whys)
+            out.append(Alternative((rule_id,), ch.description, ch.pins, dict(ch.env), ch.config, ch.cost, why))
+    return out
+
+
+def plan_fixes(
+    rel: ReleaseCatalogue,
+    cat: Catalogue,
+    facts: Facts,
+    workload: Workload,
+    diagnosis: Optional[Diagnosis] = None,
+) -> FixPlan:
+    """The least change that clears every fired error and warning finding it can, verified by
+    re-running every rule with the plan assumed."""
+    before = diagnosis or diagnose(cat, facts, workload)
+    planner = _Planner(rel, cat, facts, workload, before)
+    targets = tuple(f for f in before.findings if f.status == "fired" and f.severity in TARGET_SEVERITIES)
+    not_evaluated = tuple(f.rule_id for f in before.findings if f.status == "not_evaluated")
+    state, ev = planner.search()
+    assert ev is not None
+    conflicts = _conflicts(planner, ev.merged)
+    alternatives: List[Alternative] = []
+    if conflicts:
+        # The alternative the issue asks for: the same findings cleared without a pin that
+        # contradicts torch's own requirements (typically a torch whose cuDNN is new enough).
+        dist = {n for n in ev.merged.pins if n.startswith("nvidia-cudnn-cu")}
+        alt_state, alt_ev = planner.search(allow=lambda ch: not any(parse_pin(p)[0] in dist for p in ch.pins) and not ch.workload_json)
+        if alt_ev is not None and alt_state != state and not (set(alt_ev.bad) & set(planner.targets) - set(ev.bad)):
+            pins = tuple(f"{k}=={v}" for k, v in sorted(alt_ev.merged.pins.items()))
+            alternatives.append(
+                Alternative(
+                    tuple(sorted(set(planner.targets) - set(alt_ev.bad))),
+                    "Without the conflicting cuDNN pin: " + "; ".join(planner.pool[i].description for i in sorted(alt_state)),
+                    pins,
+                    dict(alt_ev.merged.env),
+                    tuple(alt_ev.merged.config),
+                    "; ".join(c for c in (planner.pool[i].cost for i in sorted(alt_state)) if c) or None,
+                    "pip installs it without complaint",
+                )
+            )
+    alternatives.extend(_alternatives(planner, state))
+    changes = [planner.pool[i] for i in sorted(state, key=lambda i: planner.targets.index(planner.pool[i].rule_id) if planner.pool[i].rule_id in planner.targets else 99)]
+    changes.extend(ev.merged.companions)
+    wheels: List[WheelChoice] = []
+    if "flash-attn" in ev.merged.pins:
+        target = wheel_target(facts, ev.merged.pins.get("torch"))
+        if target is not None:
+            wheels.append(choose_wheel(rel, ev.merged.pins["flash-attn"], target))
+    cleared = tuple(r for r in planner.targets if r not in ev.bad)
+    unresolved = tuple(r for r in planner.targets if r in ev.bad)
+    new_findings = tuple(r for r in ev.bad if r not in planner.targets)
+    torch_reason = None
+    if ev.cost[0]:
+        new_t = ev.merged.pins["torch"]
+        b = torch_bundle(new_t)
+        why = [planner.pool[i].rule_id for i in state if any(p.startswith("torch==") for p in planner.pool[i].pins)]
+        torch_reason = (
+            f"torch {planner.torch0} -> {new_t}: no set of changes that keeps torch {planner.torch0} clears "
+            f"{', '.join(why) or ', '.join(cleared)}; torch {new_t} bundles CUDA {b.cuda if b else '?'} and cuDNN {b.cudnn if b else '?'}"
+        )
+    pins = tuple(f"{k}=={v}" for k, v in sorted(ev.merged.pins.items(), key=lambda kv: (kv[0] != "torch", kv[0])))
+    return FixPlan(
+        pins=pins,
+        env=MappingProxyType(dict(sorted(ev.merged.env.items()))),
+        config=tuple(ev.merged.config),
+        workload_changes=MappingProxyType(dict(ev.merged.workload)),
+        changes=tuple(changes),
+        targets=targets,
+        cleared=cleared,
+        unresolved=unresolved,
+        not_evaluated=not_evaluated,
+        new_findings=new_findings,
+        steps=tuple(_steps(planner, ev, changes, wheels, conflicts)),
+        conflicts=tuple(conflicts),
+        wheels=tuple(wheels),
+        alternatives=tuple(alternatives),
+        notes=tuple(dict.fromkeys(planner.notes + ev.merged.notes)),
+        torch_reason=torch_reason,
+        verified=not new_findings and bool(state or not targets) and not set(ev.bad) - set(unresolved),
+        catalogue_date=rel.retrieved,
+    )

@@ -1,0 +1,179 @@
+"""Which prebuilt flash-attn wheel fits a torch build, or why none does.
+
+PyPI ships flash-attn as an sdist only; its setup.py downloads a wheel from GitHub Releases
+named after the *installed torch*:
+
+    flash_attn-{ver}+cu{CUDA}torch{major.minor}cxx11abi{TRUE|FALSE}-cp{py}-cp{py}-linux_x86_64.whl
+
+How `{CUDA}` is spelled changed over time (setup.py `get_wheel_url` at each tag):
+
+    ver < 2.2.3.post2          torch.version.cuda major+minor          cu118, cu121
+    2.2.3.post2 ... 2.3.1      as above, but torch 2.1 always cu122
+    2.3.1.post1 ... 2.3.5      as above, but torch 2.1 with CUDA 12 cu122
+    2.3.6 ... 2.6.0.post1      CUDA 11 -> cu118, CUDA 12 -> cu122
+    2.6.1 ... 2.6.3            CUDA 11 -> cu118, CUDA 12 -> cu123
+    2.7.0 and later            the major only: cu11, cu12
+
+A wheel exists when the release's CI matrix (rules/releases/flash-attn-wheels.json) built that
+torch line with a toolkit of that spelling, for that CPython and C++ ABI. Sources:
+https://github.com/Dao-AILab/flash-attention/blob/v2.8.3/setup.py and publish.yml per tag;
+a CUDA minor mismatch is fine, a torch minor mismatch is not (Dao-AILab/flash-attention#1292).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from doctor.model import Facts
+from doctor.releases import FlashAttnBuild, ReleaseCatalogue, torch_bundle
+from doctor.rules.conditions import parse_version, version_matches
+
+RELEASES_URL = "https://github.com/Dao-AILab/flash-attention/releases/download"
+
+
+@dataclass(frozen=True)
+class WheelTarget:
+    """The environment a flash-attn wheel must fit."""
+
+    torch: str  # "2.4.1"
+    cuda: Optional[str]  # torch.version.cuda: "12.1"; None for CPU/ROCm builds
+    cxx11_abi: Optional[bool]
+    python: Optional[str]  # "3.10"
+    assumed: Tuple[str, ...] = ()  # what was filled in from the catalogue, not probed
+
+    @property
+    def torch_mm(self) -> str:
+        v = parse_version(self.torch)
+        return f"{v.major}.{v.minor}" if v else self.torch
+
+    @property
+    def cp(self) -> str:
+        return "cp" + self.python.replace(".", "") if self.python else "cp{XY}"
+
+
+@dataclass(frozen=True)
+class WheelChoice:
+    version: str
+    available: bool
+    filename: Optional[str] = None
+    url: Optional[str] = None
+    notes: Tuple[str, ...] = ()
+    build: str = ""  # how to build from source when no wheel fits
+
+    @property
+    def pip_command(self) -> str:
+        if self.available and self.url and "{XY}" not in self.url:
+            return f"pip install --no-deps {self.url}"
+        return self.build
+
+
+def _mm(version: str) -> str:
+    v = parse_version(version)
+    return f"{v.major}.{v.minor}" if v else version
+
+
+def cuda_tag(fa_version: str, torch_mm: str, torch_cuda: str) -> str:
+    """The `cu…` part setup.py of this flash-attn release asks for (see the module docstring)."""
+    v = parse_version(fa_version)
+    cu = parse_version(torch_cuda)
+    if v is None or cu is None:
+        return ""
+    major, minor = cu.major, cu.minor if len(cu.release) > 1 else 0
+    if v >= parse_version("2.7.0"):
+        return str(major)
+    if v >= parse_version("2.6.1"):
+        return "118" if major == 11 else "123"
+    if v >= parse_version("2.3.6"):
+        return "118" if major == 11 else "122"
+    if v >= parse_version("2.3.1.post1") and torch_mm == "2.1" and major == 12:
+        return "122"
+    if parse_version("2.2.3.post2") <= v < parse_version("2.3.1.post1") and torch_mm == "2.1":
+        return "122"
+    return f"{major}{minor}"
+
+
+def _ci_tag(fa_version: str, ci_cuda: str) -> str:
+    """How the release CI spelled the toolkit it built with in the asset name."""
+    v = parse_version(fa_version)
+    cu = parse_version(ci_cuda)
+    if v is None or cu is None:
+        return ""
+    if v >= parse_version("2.7.0"):
+        return str(cu.major)
+    return f"{cu.major}{cu.minor}"
+
+
+def wheel_target(facts: Facts, torch_version: Optional[str] = None) -> Optional[WheelTarget]:
+    """The torch build a flash-attn wheel must match: the probed one, or (when the plan moves
+    torch, or a fact was not probed) the default PyPI wheel of that torch release."""
+    assumed = []
+    version = torch_version or facts.torch.version or (facts.packages or {}).get("torch")
+    if not version:
+        return None
+    bundle = torch_bundle(version)
+    moved = torch_version is not None and torch_version != facts.torch.version
+    cuda = None if moved else facts.torch.cuda
+    if cuda is None and not (facts.torch.hip and not moved):
+        cuda = bundle.cuda if bundle else None
+        if cuda:
+            assumed.append(f"CUDA {cuda} (the default PyPI build of torch {version})")
+    abi = None if moved else facts.torch.cxx11_abi
+    if abi is None and bundle is not None and bundle.cxx11_abi is not None:
+        abi = bundle.cxx11_abi
+        assumed.append(f"C++ ABI {'TRUE' if abi else 'FALSE'} (PyPI's torch {_mm(version)} wheels)")
+    py = None
+    if facts.python.version:
+        pv = parse_version(facts.python.version)
+        py = f"{pv.major}.{pv.minor}" if pv else None
+    return WheelTarget(torch=version, cuda=cuda, cxx11_abi=abi, python=py, assumed=tuple(assumed))
+
+
+def build_command(version: str) -> str:
+    return (
+        f"MAX_JOBS=4 FLASH_ATTENTION_FORCE_BUILD=TRUE pip install flash-attn=={version} --no-build-isolation"
+    )
+
+
+def choose_wheel(rel: ReleaseCatalogue, version: str, target: WheelTarget) -> WheelChoice:
+    """The exact prebuilt wheel of flash-attn `version` for `target`, or why there is none."""
+    build = build_command(version)
+    how = (
+        f"no prebuilt wheel: build from source against the installed torch with `{build}` "
+        "(needs nvcc of the same CUDA major as torch, ninja, and about an hour; MAX_JOBS bounds RAM)"
+    )
+    notes = [f"assumed {a}" for a in target.assumed]
+    if target.cuda is None:
+        return WheelChoice(version, False, notes=tuple(notes + [f"torch {target.torch} is not a CUDA build: flash-attn needs one"]), build=build)
+    builds = rel.flash_attn_wheels.get(version)
+    if builds is None:
+        return WheelChoice(version, False, notes=tuple(notes + [f"flash-attn {version}: the catalogue has no wheel matrix for this release; {how}"]), build=build)
+    tag = cuda_tag(version, target.torch_mm, target.cuda)
+    row: Optional[FlashAttnBuild] = next((b for b in builds if b.torch == target.torch_mm), None)
+    if row is None:
+        lines = ", ".join(sorted({b.torch for b in builds}, key=lambda s: parse_version(s) or parse_version("0")))
+        return WheelChoice(version, False, notes=tuple(notes + [f"flash-attn {version} published wheels for torch {lines}, not {target.torch_mm}; {how}"]), build=build)
+    if tag not in {_ci_tag(version, c) for c in row.cuda}:
+        return WheelChoice(version, False, notes=tuple(notes + [f"flash-attn {version} has no cu{tag} wheel for torch {target.torch_mm} (torch CUDA {target.cuda}); {how}"]), build=build)
+    if target.python and target.python not in row.python:
+        return WheelChoice(version, False, notes=tuple(notes + [f"flash-attn {version} has no wheel for Python {target.python} with torch {target.torch_mm} (only {', '.join(row.python)}); {how}"]), build=build)
+    if target.cxx11_abi is not None and target.cxx11_abi not in row.cxx11_abi:
+        return WheelChoice(version, False, notes=tuple(notes + [f"flash-attn {version} has no cxx11abi{str(target.cxx11_abi).upper()} wheel for torch {target.torch_mm}; {how}"]), build=build)
+    for broken in rel.broken_wheels:
+        if broken.torch == target.torch_mm and version_matches(version, broken.flash_attn) and broken.cxx11_abi in (None, target.cxx11_abi):
+            return WheelChoice(version, False, notes=tuple(notes + [f"the published wheel does not import: {broken.why} ({broken.source}); {how}"]), build=build)
+    abi = "TRUE" if target.cxx11_abi else "FALSE" if target.cxx11_abi is not None else "{TRUE|FALSE}"
+    filename = f"flash_attn-{version}+cu{tag}torch{target.torch_mm}cxx11abi{abi}-{target.cp}-{target.cp}-linux_x86_64.whl"
+    url = f"{RELEASES_URL}/v{version}/{filename}"
+    if target.python is None:
+        notes.append(f"Python not probed: replace cp{{XY}} with your CPython tag (wheels exist for {', '.join(row.python)})")
+    if target.cxx11_abi is None:
+        notes.append("C++ ABI not probed: use TRUE if torch._C._GLIBCXX_USE_CXX11_ABI is True, else FALSE")
+    tb = parse_version(row.torch_build)
+    if tb is not None and tb.is_prerelease:
+        notes.append(
+            f"this wheel was built against a torch {target.torch_mm} pre-release ({row.torch_build}); if importing "
+            f"flash_attn_2_cuda fails with an undefined symbol, build from source: `{build}`"
+        )
+    notes.append("install with --no-deps so pip keeps your torch (Dao-AILab/flash-attention#1724)")
+    return WheelChoice(version, True, filename=filename, url=url, notes=tuple(notes), build=build)
