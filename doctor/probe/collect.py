@@ -188,8 +188,7 @@ def _torch_section(
 def _gpu_section(gp: gpus.GpuProbe, notes: _Notes) -> Tuple[Optional[List[Dict[str, Any]]], Dict[str, Any]]:
     cuda: Dict[str, Any] = {"driver_version": gp.driver_version, "driver_cuda": gp.driver_cuda}
     if gp.gpus is None:
-        reason = gp.reason or "no GPU information"
-        notes.unknown["gpus"] = reason
+        reason = notes.unknown.setdefault("gpus", gp.reason or "no GPU information")
         notes.unknown["cuda.driver_version"] = reason
         notes.unknown["cuda.driver_cuda"] = reason
         return None, cuda
@@ -218,7 +217,7 @@ def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[s
     host = notes.guard("python", hostinfo.probe, None)
     scan = notes.guard("packages", lambda: packages.scan(src.site_paths), _empty_scan())
     build = notes.guard("torch", lambda: torch_build.read(scan), None)
-    gp = notes.guard("gpus", lambda: gpus.probe(src), gpus.GpuProbe(None, None, None, None, reason="probe failed"))
+    gp = notes.guard("gpus", lambda: gpus.probe(src), gpus.GpuProbe(None, None, None, None))
     no_libs = cuda_libs.CudaLibs((), (), None, None, {}, ())
     libs = notes.guard("cudnn", lambda: cuda_libs.probe(scan, src), no_libs)
 
@@ -228,8 +227,8 @@ def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[s
     elif not loaded:
         why_not = STATIC_ONLY
     else:
-        why_not = "the child python did not report it"
-        result = notes.guard("torch.cxx11_abi", lambda: _loaded_facts(src, build, scan, gp, libs), None)
+        result = notes.guard("child", lambda: _loaded_facts(src, build, scan, gp, libs), None)
+        why_not = notes.unknown.pop("child", "the child python did not report it")
 
     for s in scan.skipped:
         notes.unknown[f"packages.{s.name}"] = f"skipped: {s.reason}"

@@ -61,13 +61,25 @@ def _torch_xy(version: Optional[str]) -> str:
 
 
 def _cuda_tag(ctx: TorchContext) -> str:
-    """The CUDA tag flash-attn wheel names use: cu12 from 2.7.0 on, cu121 style before."""
+    """The CUDA tag in flash-attn wheel names, which setup.py derives from torch.version.cuda.
+
+    2.7.0 and later use the major only (cu12); 2.6.1-2.6.x map CUDA 12 to cu123 and 2.3.6-2.6.0
+    to cu122 (CUDA 11 to cu118); older releases use major+minor (cu121), except that 2.3.0-2.3.5
+    built torch 2.1 wheels with CUDA 12.2 only.
+    """
     parts = version_key(ctx.cuda)
     if not parts:
         return "cu<none: CPU torch>"
-    if len(parts) >= 2 and ctx.package_version and version_key(ctx.package_version)[:2] < (2, 7):
-        return f"cu{parts[0]}{parts[1]}"
-    return f"cu{parts[0]}"
+    fa = version_key(ctx.package_version)[:3] if ctx.package_version else ()
+    if not fa or fa >= (2, 7, 0):
+        return f"cu{parts[0]}"
+    if fa >= (2, 3, 6):
+        if parts[0] == 11:
+            return "cu118"
+        return "cu123" if fa >= (2, 6, 1) else "cu122"
+    if fa >= (2, 3, 0) and parts[0] == 12 and _torch_xy(ctx.version) == "2.1":
+        return "cu122"
+    return f"cu{parts[0]}{parts[1] if len(parts) > 1 else 0}"
 
 
 def rebuild_fix(module: str, ctx: TorchContext, abi: Optional[bool] = None) -> str:

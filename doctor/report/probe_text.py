@@ -10,7 +10,7 @@ import io
 import os
 import shutil
 import sys
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from rich.console import Console
 from rich.padding import Padding
@@ -173,7 +173,7 @@ def _attention_part(doc: Mapping[str, Any]) -> List[Any]:
     imports = doc.get("imports") or {}
     packages = doc.get("packages") or {}
     t = _table("library", "version", "import", "detail")
-    notes: List[Any] = []
+    notes: Dict[Tuple[str, str], None] = {}  # (fix, error) pairs, each shown once
     absent: List[str] = []
     for label, modules, dists in ATTENTION_LIBS:
         version = next((packages[d] for d in dists if d in packages), None)
@@ -189,10 +189,8 @@ def _attention_part(doc: Mapping[str, Any]) -> List[Any]:
                 status = str(st.get("status"))
                 style = STATUS_STYLE.get(status, "")
                 detail = st.get("cause") or (st.get("error") if status in ("error", "timeout") else "") or ""
-                if status == "error" and st.get("fix"):
-                    notes.append(_line(f"fix for {mod}: {st['fix']}"))
-                if status == "error" and st.get("cause") and st.get("error"):
-                    notes.append(_line(f"error from {mod}: {st['error']}", "dim"))
+                if status == "error" and st.get("cause"):
+                    notes[(str(st.get("fix") or ""), str(st.get("error") or ""))] = None
             t.add_row(
                 label if i == 0 else "",
                 (version or "no distribution") if i == 0 else "",
@@ -202,7 +200,13 @@ def _attention_part(doc: Mapping[str, Any]) -> List[Any]:
     out: List[Any] = [_section("Attention libraries")]
     if t.row_count:
         out.append(_indent(t))
-    out.extend(notes)
+    for (fix, error) in notes:
+        rows: List[Tuple[str, Any]] = []
+        if fix:
+            rows.append(("fix", Text(fix, style="bold")))
+        if error:
+            rows.append(("error", Text(error, style="dim")))
+        out.append(_kv_table(rows))
     if absent:
         out.append(_line("not installed: " + ", ".join(absent), "dim"))
     return out

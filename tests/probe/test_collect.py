@@ -1,0 +1,109 @@
+"""The snapshot document as a whole: shape, never raising, and the loaded-facts cache."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+from probe_fakes import FakeNvml, FakeRunner, add_dist, add_torch, child_output, good_child_records, sources
+
+from doctor.model import SCHEMA_VERSION
+from doctor.probe import collect
+from doctor.probe.sources import RunResult
+from doctor.snapshot import SECTIONS
+
+
+def _child_runner(**kw):  # type: ignore[no-untyped-def]
+    return FakeRunner({"python": RunResult(("python",), 0, child_output(*good_child_records(**kw)), "")})
+
+
+def test_document_has_every_section_and_is_json(site: Path) -> None:
+    add_torch(site)
+    doc = collect(loaded=False, sources=sources(site, nvml_loader=lambda: FakeNvml()))
+    assert list(doc) == list(SECTIONS)
+    assert doc["schema_version"] == SCHEMA_VERSION
+    created = datetime.fromisoformat(doc["created"])
+    assert created.utcoffset() == timezone.utc.utcoffset(None)
+    assert json.loads(json.dumps(doc)) == doc
+    assert doc["python"]["executable"] and doc["platform"]["arch"]
+
+
+def test_a_source_that_raises_becomes_an_unknown_fact(site: Path) -> None:
+    add_torch(site)
+
+    def broken_nvml():  # type: ignore[no-untyped-def]
+        class Weird:
+            def nvmlInit(self) -> None:
+                raise ZeroDivisionError("boom")
+
+        return Weird()
+
+    def exploding_run(argv, timeout, env):  # type: ignore[no-untyped-def]
+        raise RuntimeError("runner bug")
+
+    src = sources(site, nvml_loader=broken_nvml, run=exploding_run, python="/usr/bin/python3",
+                  which=lambda n: "/usr/bin/" + n)
+    doc = collect(loaded=True, sources=src)
+    assert doc["gpus"] is None
+    assert "internal error" in doc["unknown"]["gpus"]
+    assert "runner bug" in doc["unknown"]["torch.cxx11_abi"]
+    json.dumps(doc)
+
+
+def test_loaded_facts_are_cached_until_something_changes(site: Path, tmp_path: Path) -> None:
+    add_torch(site)
+    cache_dir = tmp_path / "cache"
+    runner = _child_runner()
+    src = sources(site, run=runner, python="/usr/bin/python3", cache_dir=cache_dir, environ={"PATH": "/x"})
+    first = collect(loaded=True, sources=src)
+    second = collect(loaded=True, sources=src)
+    assert runner.count("python") == 1
+    assert second["torch"] == first["torch"] and second["imports"] == first["imports"]
+    assert "cached" in second["provenance"]["torch.cxx11_abi"]
+
+    changed_env = sources(site, run=runner, python="/usr/bin/python3", cache_dir=cache_dir,
+                          environ={"PATH": "/x", "LD_LIBRARY_PATH": "/opt/cudnn8/lib"})
+    collect(loaded=True, sources=changed_env)
+    assert runner.count("python") == 2
+
+    add_dist(site, "flash-attn", "2.6.3")  # a new install: the child must look again
+    collect(loaded=True, sources=src)
+    assert runner.count("python") == 3
+
+
+def test_gpu_invisible_to_torch_is_not_cached(site: Path, tmp_path: Path) -> None:
+    add_torch(site)
+    runner = _child_runner(available=False)
+    src = sources(site, run=runner, python="/usr/bin/python3", cache_dir=tmp_path / "c",
+                  nvml_loader=lambda: FakeNvml())
+    collect(loaded=True, sources=src)
+    collect(loaded=True, sources=src)
+    assert runner.count("python") == 2
+
+
+def test_incomplete_child_results_are_not_cached(site: Path, tmp_path: Path) -> None:
+    add_torch(site)
+    partial = child_output(*good_child_records()[:4])
+    runner = FakeRunner({"python": RunResult(("python",), None, partial, "", timed_out=True)})
+    src = sources(site, run=runner, python="/usr/bin/python3", cache_dir=tmp_path / "c")
+    collect(loaded=True, sources=src)
+    collect(loaded=True, sources=src)
+    assert runner.count("python") == 2
+
+
+def test_no_cache_without_a_cache_dir(site: Path) -> None:
+    add_torch(site)
+    runner = _child_runner()
+    src = sources(site, run=runner, python="/usr/bin/python3")
+    collect(loaded=True, sources=src)
+    collect(loaded=True, sources=src)
+    assert runner.count("python") == 2
+
+
+def test_cache_is_off_with_the_environment_switch() -> None:
+    from doctor.probe.sources import default_cache_dir
+
+    assert default_cache_dir({"HOME": "/home/u"}) == Path("/home/u/.cache/attn-doctor")
+    assert default_cache_dir({"XDG_CACHE_HOME": "/c"}) == Path("/c/attn-doctor")
+    assert default_cache_dir({"HOME": "/home/u", "ATTN_DOCTOR_NO_CACHE": "1"}) is None

@@ -1,0 +1,159 @@
+"""cuDNN on disk (wheels, system), what torch loads, what torch pins, and their mismatches."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from probe_fakes import FakeRunner, add_dist, add_file, add_torch, ok, sources
+
+from doctor.probe import collect
+from doctor.probe.child import LoadedTorch
+from doctor.probe.cuda_libs import CudaLibs, CudnnWheel, SystemCudnn, header_version, probe
+from doctor.probe.cudnn import assess
+from doctor.probe.packages import scan
+from doctor.probe.torch_build import TorchBuild
+
+HEADER = "#define CUDNN_MAJOR 9\n#define CUDNN_MINOR 1\n#define CUDNN_PATCHLEVEL 0\n"
+PIN_91 = 'nvidia-cudnn-cu12==9.1.0.70; platform_system == "Linux"'
+
+
+def _cu12_wheel(site: Path, version: str = "9.1.0.70") -> None:
+    add_dist(
+        site,
+        "nvidia-cudnn-cu12",
+        version,
+        record=["nvidia/cudnn/lib/libcudnn.so.9", "nvidia/cudnn/include/cudnn_version.h"],
+    )
+    add_file(site, "nvidia/cudnn/lib/libcudnn.so.9")
+    add_file(site, "nvidia/cudnn/include/cudnn_version.h", HEADER)
+
+
+def test_cu12_wheel_found_with_lib_dir(site: Path) -> None:
+    _cu12_wheel(site)
+    add_dist(site, "nvidia-cuda-runtime-cu12", "12.1.105")
+    doc = collect(loaded=False, sources=sources(site))
+    assert doc["cudnn"]["wheels"] == [
+        {"dist": "nvidia-cudnn-cu12", "version": "9.1.0.70", "lib_dir": str(site / "nvidia/cudnn/lib")}
+    ]
+    assert doc["cudnn"]["installed"] == "9.1.0"
+    assert doc["cuda"]["runtime"] == "12.1.105"
+    assert doc["cuda"]["runtime_wheels"] == {"nvidia-cuda-runtime-cu12": "12.1.105"}
+
+
+def test_cu13_layout_without_record(site: Path) -> None:
+    add_dist(site, "nvidia-cudnn-cu13", "9.20.0.48")
+    add_file(site, "nvidia/cu13/lib/libcudnn.so.9")
+    libs = probe(scan([str(site)]), sources(site))
+    assert libs.cudnn_wheels == (CudnnWheel("nvidia-cudnn-cu13", "9.20.0.48", str(site / "nvidia/cu13/lib")),)
+
+
+def test_header_version(tmp_path: Path) -> None:
+    h = tmp_path / "cudnn_version.h"
+    h.write_text("/* x */\n#define CUDNN_MAJOR 8\n#define CUDNN_MINOR 9\n#define CUDNN_PATCHLEVEL 7\n")
+    assert header_version(h) == "8.9.7"
+    assert header_version(tmp_path / "absent.h") is None
+
+
+def test_system_cudnn_from_ldconfig_and_ld_library_path(site: Path, tmp_path: Path) -> None:
+    sysdir = tmp_path / "usr/lib/x86_64-linux-gnu"
+    sysdir.mkdir(parents=True)
+    real = sysdir / "libcudnn.so.8.9.7"
+    real.write_text("")
+    os.symlink(real.name, sysdir / "libcudnn.so.8")
+    other = tmp_path / "opt/cudnn/lib"
+    other.mkdir(parents=True)
+    (other / "libcudnn.so.9").write_text("")
+    add_file(tmp_path, "opt/cudnn/include/cudnn_version.h", HEADER)
+    ldconfig = ok(f"2 libs found in cache `/etc/ld.so.cache'\n\tlibcudnn.so.8 (libc6,x86-64) => {sysdir}/libcudnn.so.8\n")
+    runner = FakeRunner({"ldconfig": ldconfig})
+    src = sources(
+        site,
+        run=runner,
+        use_ldconfig=True,
+        which=lambda n: "/sbin/ldconfig" if n == "ldconfig" else None,
+        environ={"LD_LIBRARY_PATH": str(other)},
+    )
+    doc = collect(loaded=False, sources=src)
+    assert doc["cudnn"]["system"] == [
+        {"path": f"{sysdir}/libcudnn.so.8", "version": "8.9.7"},
+        {"path": f"{other}/libcudnn.so.9", "version": "9.1.0"},
+    ]
+    assert doc["cudnn"]["installed"] == "9.1.0"
+
+
+def test_ldconfig_timeout_is_noted_not_fatal(site: Path) -> None:
+    from doctor.probe.sources import RunResult
+
+    runner = FakeRunner({"ldconfig": RunResult(("ldconfig",), None, timed_out=True)})
+    src = sources(site, run=runner, use_ldconfig=True, which=lambda n: "/sbin/ldconfig" if n == "ldconfig" else None)
+    doc = collect(loaded=False, sources=src)
+    assert "timed out" in doc["unknown"]["cudnn.system"]
+
+
+def _build(pin: str = "9.1.0.70") -> TorchBuild:
+    return TorchBuild("2.5.1+cu124", "12.4", None, "x", "/v.py", "/M", {"nvidia-cudnn-cu12": pin}, "/site")
+
+
+def _libs(*wheels: CudnnWheel, system: tuple = ()) -> CudaLibs:
+    return CudaLibs(tuple(wheels), system, None, None, {}, ())
+
+
+WHEEL = CudnnWheel("nvidia-cudnn-cu12", "9.1.0.70", "/site/nvidia/cudnn/lib")
+
+
+def test_all_agree_no_mismatch() -> None:
+    loaded = LoadedTorch(cudnn_version="9.1.0", cudnn_path="/site/nvidia/cudnn/lib/libcudnn.so.9")
+    facts = assess(_libs(WHEEL), _build(), loaded, {})
+    assert facts.mismatch is None
+    assert (facts.version, facts.loaded, facts.installed, facts.bundled) == ("9.1.0", "9.1.0", "9.1.0", "9.1.0.70")
+
+
+def test_system_cudnn_shadowing_the_pinned_wheel_is_flagged() -> None:
+    loaded = LoadedTorch(cudnn_version="8.9.7", cudnn_path="/usr/lib/x86_64-linux-gnu/libcudnn.so.8")
+    facts = assess(_libs(WHEEL), _build(), loaded, {})
+    assert facts.version == "8.9.7"  # effective = what torch really loaded
+    assert facts.mismatch is not None
+    assert "torch loaded cuDNN 8.9.7 from /usr/lib/x86_64-linux-gnu/libcudnn.so.8" in facts.mismatch
+    assert "pins nvidia-cudnn-cu12==9.1.0.70" in facts.mismatch
+    assert "shadows" in facts.mismatch
+
+
+def test_wheel_moved_off_the_pin_is_flagged_statically() -> None:
+    wheel = CudnnWheel("nvidia-cudnn-cu12", "9.5.1.17", "/site/nvidia/cudnn/lib")
+    facts = assess(_libs(wheel), _build(), None, {})
+    assert facts.version == "9.5.1"  # static estimate: the wheel torch will load
+    assert "nvidia-cudnn-cu12 9.5.1.17 is installed but torch 2.5.1+cu124 pins 9.1.0.70" in str(facts.mismatch)
+    assert "pip install nvidia-cudnn-cu12==9.1.0.70" in str(facts.mismatch)
+
+
+def test_pinned_wheel_missing_is_flagged() -> None:
+    facts = assess(_libs(), _build(), None, {})
+    assert "not installed" in str(facts.mismatch)
+
+
+def test_ld_library_path_cudnn_may_shadow_in_static_mode() -> None:
+    sys_lib = SystemCudnn("/opt/cudnn8/lib/libcudnn.so.8", "8.9.2", "libcudnn.so.8.9.2")
+    facts = assess(_libs(WHEEL, system=(sys_lib,)), _build(), None, {"LD_LIBRARY_PATH": "/opt/cudnn8/lib"})
+    assert "may shadow" in str(facts.mismatch)
+    quiet = assess(_libs(WHEEL, system=(sys_lib,)), _build(), None, {})
+    assert quiet.mismatch is None
+
+
+def test_two_cudnn_in_one_process_is_flagged() -> None:
+    loaded = LoadedTorch(cudnn_version="9.1.0", cudnn_path="/usr/lib/x86_64-linux-gnu/libcudnn.so.9")
+    stray = CudnnWheel("nvidia-cudnn-cu12", "9.10.2.21", "/site/nvidia/cudnn/lib")
+    no_pin = TorchBuild("2.3.0a0+6ddf5cf.nv24.04", "12.4", None, None, None, None, {}, "/site")
+    facts = assess(_libs(stray), no_pin, loaded, {})
+    assert facts.bundled is None
+    assert "nvidia-cudnn-cu12 9.10.2.21 wheel is also installed" in str(facts.mismatch)
+
+
+def test_mismatch_reaches_the_snapshot(site: Path) -> None:
+    add_torch(site, "2.5.1+cu124", "12.4", requires=[PIN_91])
+    _cu12_wheel(site, "9.3.0.75")
+    doc = collect(loaded=False, sources=sources(site))
+    assert doc["cudnn"]["bundled"] == "9.1.0.70"
+    assert doc["cudnn"]["installed"] == "9.3.0"
+    assert "pins 9.1.0.70" in doc["cudnn"]["mismatch"]
+    assert "cudnn.loaded" in doc["unknown"]
