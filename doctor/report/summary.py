@@ -113,7 +113,7 @@ def area_lines(report: Report) -> List[AreaLine]:
         title = AREA_TITLES[fw] + (f" {version}" if version else "")
         mark = worst(fs)
         if det == "no backend for this workload" and mark == "ok":
-            mark = "error"
+            mark = "warning"  # an error only where a finding says this framework is in use
         lines.append(AreaLine(fw, mark, title, det or ""))
     for area in sorted(by_area):
         fs = by_area[area]

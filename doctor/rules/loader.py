@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-import yaml
-
 from doctor.errors import RuleError
 from doctor.model import Fix
 
@@ -102,12 +100,14 @@ class _LineDict(dict):  # type: ignore[type-arg]
 
 
 def _make_loader() -> type:
+    import yaml
+
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
     class Loader(base):  # type: ignore[misc, valid-type]
         pass
 
-    def construct_mapping(loader: Any, node: yaml.MappingNode) -> _LineDict:
+    def construct_mapping(loader: Any, node: Any) -> _LineDict:
         loader.flatten_mapping(node)
         d = _LineDict()
         d.line = node.start_mark.line + 1
@@ -128,10 +128,15 @@ def _make_loader() -> type:
     return Loader
 
 
-_Loader = _make_loader()
+_LOADER: List[type] = []
 
 
 def read_yaml(path: Path) -> Any:
+    """Parse YAML safely (no python tags), recording the line of every mapping and key."""
+    import yaml
+
+    if not _LOADER:
+        _LOADER.append(_make_loader())
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -139,7 +144,7 @@ def read_yaml(path: Path) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise RuleError(f"cannot read: {exc}", path=str(path)) from None
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - safe loader subclass
+        return yaml.load(text, Loader=_LOADER[0])  # noqa: S506 - safe loader subclass
     except RuleError as exc:
         exc.path = str(path)
         raise
