@@ -24,11 +24,15 @@ app = typer.Typer(
 )
 
 from doctor.commands.check import check, check_context, check_epilog  # noqa: E402
+from doctor.commands.fix import fix, fix_context, fix_epilog  # noqa: E402
 from doctor.commands.probe import probe  # noqa: E402
+from doctor.commands.releases import releases_app  # noqa: E402
 from doctor.commands.rules import rules_app  # noqa: E402
 
 app.command(context_settings=check_context, epilog=check_epilog)(check)
 app.command()(probe)
+app.command(context_settings=fix_context, epilog=fix_epilog)(fix)
+app.add_typer(releases_app, name="releases")
 app.add_typer(rules_app, name="rules")
 
 
@@ -49,17 +53,17 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(130)
     except SystemExit:
         raise
-    except Exception as exc:  # click usage errors are handled below; anything else is a bug
-        import click
-
-        if isinstance(exc, click.exceptions.UsageError):
-            msg = exc.format_message()
+    except Exception as exc:  # noqa: BLE001 - the one boundary
+        # click (vendored by newer typer as typer._click): match its exceptions by class name
+        kinds = {k.__name__ for k in type(exc).__mro__}
+        if "UsageError" in kinds:
+            msg = exc.format_message() if hasattr(exc, "format_message") else str(exc)
             sys.stderr.write(f"attn-doctor: usage error: {msg} (see `attn-doctor --help`)\n")
             sys.exit(int(ExitCode.USAGE))
-        if isinstance(exc, click.exceptions.Abort):
+        if "Abort" in kinds:
             sys.exit(130)
-        if isinstance(exc, click.exceptions.Exit):
-            sys.exit(exc.exit_code)
+        if "Exit" in kinds:
+            sys.exit(int(getattr(exc, "exit_code", 0)))
         sys.stderr.write(
             f"attn-doctor: internal error: {type(exc).__name__}: {exc} "
             "(please report this with `attn-doctor probe --format json`)\n"

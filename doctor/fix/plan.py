@@ -650,11 +650,37 @@ def _steps(planner: _Planner, ev: _Eval, changes: Sequence[Change], wheels: Sequ
         steps.append(Step("config", c))
     for note in merged.notes:
         steps.append(Step("note", note))
-    assume = " ".join(f"--assume {k}=={v}" for k, v in sorted(merged.pins.items()))
-    assume_env = " ".join(f"--assume-env {k}={v}" if v is not None else f"--assume-env {k}" for k, v in sorted(merged.env.items()))
-    cmd = " ".join(x for x in ("attn-doctor check", assume, assume_env) if x)
-    steps.append(Step("verify", "Check the plan before installing anything (what-if), then again after", cmd))
+    cmd = " ".join(["attn-doctor check", *check_args(merged.pins, merged.env, merged.workload)])
+    steps.append(Step("verify", "Re-check with the plan assumed (what-if) before installing; after installing, run `attn-doctor check` again", cmd))
     return steps
+
+
+def check_args(pins: Mapping[str, str], env: Mapping[str, Optional[str]], workload: Mapping[str, Any]) -> List[str]:
+    """The `check` arguments that assume a plan: --assume, --assume-env and workload flags."""
+    args = [f"--assume {k}=={v}" for k, v in sorted(pins.items(), key=lambda kv: (kv[0] != "torch", kv[0]))]
+    args += [f"--assume-env {k}={v}" if v is not None else f"--assume-env {k}" for k, v in sorted(env.items())]
+    for key, value in sorted(workload.items()):
+        if key == "context_parallel" and isinstance(value, Mapping):
+            if "size" in value:
+                args.append(f"--cp-size {value['size']}")
+            if "comm_type" in value:
+                args.append(f"--cp-comm-type {value['comm_type']}")
+        elif isinstance(value, bool):
+            args.append(f"--{key.replace('_', '-')}" if value else f"--no-{key.replace('_', '-')}")
+        elif isinstance(value, (list, tuple)):
+            args.append(f"--{key.replace('_', '-')} {','.join(str(x) for x in value)}")
+        else:
+            args.append(f"--{key.replace('_', '-')} {value}")
+    return args
+
+
+def with_inputs(plan: FixPlan, args: Sequence[str]) -> FixPlan:
+    """The plan with the user's own inputs (--env, --workload, workload flags) added to its
+    verify step, so the command re-checks the same environment and workload."""
+    if not args:
+        return plan
+    steps = tuple(replace(s, command=s.command + " " + " ".join(args)) if s.kind == "verify" else s for s in plan.steps)
+    return replace(plan, steps=steps)
 
 
 def _alternatives(planner: _Planner, chosen: FrozenSet[int]) -> List[Alternative]:

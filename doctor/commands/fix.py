@@ -1,0 +1,129 @@
+"""`attn-doctor fix`: one verified plan of pins, environment settings and config changes that
+clears the error and warning findings; `--pin` writes the pins to a requirements file."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import typer
+
+from doctor.commands.common import emit
+from doctor.commands.options import WORKLOAD_FLAGS_HELP, parse_workload_flags
+from doctor.errors import ExitCode, InputError
+
+FORMATS = ("text", "json", "markdown")
+
+
+def fix(
+    ctx: typer.Context,
+    env: Optional[List[Path]] = typer.Option(None, "--env", help="Plan for this snapshot (JSON/YAML from `probe --format json`) instead of this machine."),
+    workload: Optional[Path] = typer.Option(None, "--workload", "-w", help="Workload file (YAML/JSON)."),
+    model: Optional[Path] = typer.Option(None, "--model", "-m", help="Hugging Face config.json or model folder."),
+    format: str = typer.Option("text", "--format", "-f", help="text | json | markdown"),
+    assume: Optional[List[str]] = typer.Option(None, "--assume", help="Plan as if NAME==VERSION were installed (repeatable)."),
+    assume_env: Optional[List[str]] = typer.Option(None, "--assume-env", help="Plan as if NAME=VALUE were set (repeatable)."),
+    rules_dir: Optional[List[Path]] = typer.Option(None, "--rules-dir", help="Add your own rules (same schema)."),
+    releases: Optional[Path] = typer.Option(None, "--releases", help="Release catalogue folder (from `releases refresh --output`)."),
+    pin: bool = typer.Option(False, "--pin", help="Write the pins to a requirements file (-o)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="File for --pin (default requirements-attn.txt, or constraints-attn.txt with --constraints)."),
+    constraints: bool = typer.Option(False, "--constraints", help="Write a constraints file (for pip -c): no extras."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="With --pin: show the diff, write nothing."),
+    static: bool = typer.Option(False, "--static", help="Static facts only: no Python child that imports torch."),
+) -> int:
+    """Plan the least change that clears the findings. Exit 0 when every finding has a fix in the
+    plan, 1 when some are unresolved, 2 on bad input or a file that cannot be written."""
+    from doctor import app as core
+    from doctor.fix.plan import plan_fixes, with_inputs
+    from doctor.releases import load_release_catalogue
+    from doctor.rules.evaluate import diagnose
+
+    if format not in FORMATS:
+        raise InputError(f"unknown format {format!r}", hint="use one of: " + ", ".join(FORMATS))
+    if (output or constraints or dry_run) and not pin:
+        raise InputError("--output, --constraints and --dry-run go with --pin", hint="add --pin")
+    if env and len(env) > 1:
+        raise InputError("fix plans for one environment: pass one --env")
+    flags = parse_workload_flags(ctx.args)
+    inputs = core.load_inputs(
+        env_files=env or [],
+        workload_file=workload,
+        model=model,
+        workload_flags=flags,
+        assume=assume or [],
+        assume_env=assume_env or [],
+        rules_dirs=rules_dir or [],
+        loaded=not static,
+    )
+    if releases is not None and not releases.is_dir():
+        raise InputError("release catalogue folder not found", path=str(releases))
+    rel = load_release_catalogue(releases)
+    diagnosis = diagnose(inputs.catalogue, inputs.facts, inputs.workload)
+    plan = plan_fixes(rel, inputs.catalogue, inputs.facts, inputs.workload, diagnosis)
+    plan = with_inputs(plan, _input_args(env, workload, model, rules_dir, ctx.args))
+    emit(_render(plan, format))
+    if pin:
+        _write_pins(plan, output or Path("constraints-attn.txt" if constraints else "requirements-attn.txt"), constraints, dry_run, format)
+    return int(ExitCode.FINDINGS if plan.unresolved else ExitCode.OK)
+
+
+def _input_args(env: Optional[List[Path]], workload: Optional[Path], model: Optional[Path], rules_dir: Optional[List[Path]], flags: List[str]) -> List[str]:
+    import shlex
+
+    args: List[str] = []
+    for flag, values in (("--env", env or []), ("--workload", [workload] if workload else []), ("--model", [model] if model else []), ("--rules-dir", rules_dir or [])):
+        args += [f"{flag} {shlex.quote(str(v))}" for v in values]
+    return args + [shlex.quote(a) for a in flags]
+
+
+def _render(plan, format: str) -> str:  # type: ignore[no-untyped-def]
+    if format == "json":
+        from doctor.report.fix_json import render_fix_json
+
+        return render_fix_json(plan)
+    if format == "markdown":
+        from doctor.report.fix_markdown import render_fix_markdown
+
+        return render_fix_markdown(plan)
+    from doctor.commands.check import use_color
+    from doctor.report.fix_text import render_fix
+
+    return render_fix(plan, color=use_color(), width=_width())
+
+
+def _width() -> int:
+    try:
+        return max(80, min(os.get_terminal_size().columns, 160)) if sys.stdout.isatty() else 100
+    except OSError:
+        return 100
+
+
+def _write_pins(plan, path: Path, constraints: bool, dry_run: bool, format: str) -> None:  # type: ignore[no-untyped-def]
+    """Write (or diff) the pin file; messages go to stderr so --format json stays parseable."""
+    from doctor.fix.pinfile import pins_from_plan, write_pinfile
+
+    rule_ids: Dict[str, Tuple[str, ...]] = {}
+    for change in plan.changes:
+        for p in change.pins:
+            name = p.split("==")[0]
+            ids = rule_ids.get(name, ()) + ((change.rule_id,) if change.rule_id else ())
+            rule_ids[name] = tuple(dict.fromkeys(ids))
+    if not plan.pins:
+        sys.stderr.write(f"attn-doctor: no pins in the plan; {path} not touched\n")
+        return
+    result = write_pinfile(path, pins_from_plan(plan.pins, rule_ids), constraints=constraints, dry_run=dry_run)
+    for w in result.warnings:
+        sys.stderr.write(f"attn-doctor: warning: {w}\n")
+    if dry_run:
+        (sys.stderr if format == "json" else sys.stdout).write(result.diff or f"{path}: no change\n")
+    elif not result.changed:
+        sys.stderr.write(f"attn-doctor: {path} already has these pins\n")
+    else:
+        backup = f" (backup: {result.backup})" if result.backup else ""
+        sys.stderr.write(f"attn-doctor: wrote {len(plan.pins)} pin(s) to {path}{backup}\n")
+
+
+fix_context = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": ["-h", "--help"]}
+fix_epilog = WORKLOAD_FLAGS_HELP

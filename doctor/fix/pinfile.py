@@ -1,0 +1,284 @@
+"""Write a plan's pins into a requirements (or constraints) file: the only place that touches
+the user's files.
+
+    render_pinfile()   pure: old text + pins -> new text and warnings
+    write_pinfile()    reads, renders, writes atomically (temp file + rename) with a .bak
+                       backup of the old file; --dry-run returns the diff instead
+
+What an update keeps and changes:
+
+* comments, blank lines, options (`-r`, `-c`, `--index-url` ...), URLs and unrelated
+  requirements stay byte for byte, line endings (LF or CRLF) included;
+* every line for a pinned package is replaced in place, keeping its extras (not in a
+  constraints file: pip refuses extras there) and its environment marker; its `--hash` options
+  are dropped (they hash the old version) with a warning to regenerate them;
+* each line it manages ends with `# attn-doctor: RULE-ID, ...`; pins for packages the file does
+  not mention are appended under one `# attn-doctor fix` header;
+* running it twice changes nothing the second time;
+* a package also pinned in a file pulled in with `-r`/`-c` is reported (pip would see two pins).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from doctor.errors import WriteError
+from doctor.rules.conditions import normalize_dist
+
+MARK = "attn-doctor:"
+HEADER = "# attn-doctor fix: pins for the attention stack (each line names the findings it fixes)"
+_INCLUDE = re.compile(r"^\s*(-r|-c|--requirement|--constraint)(?:\s+|=)(\S+)")
+_COMMENT = re.compile(r"(^|\s)#")
+
+
+@dataclass(frozen=True)
+class Pin:
+    name: str  # PEP 503 normalised
+    version: str
+    rule_ids: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PinResult:
+    path: Path
+    text: str  # the new contents
+    diff: str  # unified diff old -> new ("" when unchanged)
+    changed: bool
+    written: bool
+    backup: Optional[Path] = None
+    warnings: Tuple[str, ...] = ()
+
+
+def pins_from_plan(pins: Sequence[str], rule_ids: Dict[str, Tuple[str, ...]]) -> List[Pin]:
+    """Pin values for `render_pinfile` from a plan's `name==version` strings."""
+    from doctor.assume import parse_pin
+
+    out = []
+    for text in pins:
+        name, version = parse_pin(text)
+        out.append(Pin(name, version, rule_ids.get(name, ())))
+    return out
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _logical_lines(text: str) -> List[List[str]]:
+    """Physical lines (with their endings) grouped into logical lines (`\\` continuations)."""
+    groups: List[List[str]] = []
+    current: List[str] = []
+    for line in text.splitlines(keepends=True):
+        current.append(line)
+        if not line.rstrip("\r\n").endswith("\\"):
+            groups.append(current)
+            current = []
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _split_comment(body: str) -> Tuple[str, str]:
+    m = _COMMENT.search(body)
+    if not m:
+        return body, ""
+    at = m.start() + len(m.group(1))
+    return body[:at].rstrip(), body[at + 1 :].strip()
+
+
+def _parse(group: Sequence[str]) -> Optional[Tuple[Requirement, bool, str]]:
+    """(requirement, had hashes, user comment) for a requirement line; None for anything else."""
+    joined = " ".join(line.rstrip("\r\n").rstrip("\\").strip() for line in group).strip()
+    if not joined or joined.startswith("#") or joined.startswith("-"):
+        return None
+    body, comment = _split_comment(joined)
+    spec, _, options = body.partition(" --")
+    spec = spec.strip()
+    if not spec or "://" in spec.split("@")[0] or spec.startswith((".", "/")):
+        return None
+    try:
+        req = Requirement(spec)
+    except InvalidRequirement:
+        return None
+    had_hashes = "hash" in options or "--hash" in body
+    if comment.startswith(MARK):
+        _, _, rest = comment.partition(";")
+        comment = rest.strip()
+    return req, had_hashes, comment
+
+
+def _line(req_name: str, extras: Set[str], pin: Pin, marker: Optional[str], comment: str, constraints: bool) -> str:
+    name = req_name
+    if extras and not constraints:
+        name += "[" + ",".join(sorted(extras)) + "]"
+    text = f"{name}=={pin.version}"
+    if marker:
+        text += f" ; {marker}"
+    mark = f"# {MARK} {', '.join(pin.rule_ids)}" if pin.rule_ids else f"# {MARK} fix"
+    if comment:
+        mark += f"; {comment}"
+    return f"{text}  {mark}"
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def render_pinfile(
+    old: Optional[str],
+    pins: Sequence[Pin],
+    *,
+    constraints: bool = False,
+    base_dir: Optional[Path] = None,
+    read: Callable[[Path], Optional[str]] = lambda p: p.read_text(encoding="utf-8") if p.is_file() else None,
+) -> Tuple[str, List[str]]:
+    """The new file contents and the warnings to show. Pure apart from reading `-r` files."""
+    old = old or ""
+    nl = "\r\n" if "\r\n" in old else "\n"
+    wanted: Dict[str, Pin] = {p.name: p for p in pins}
+    warnings: List[str] = []
+    out: List[str] = []
+    seen: Set[str] = set()
+    includes: List[str] = []
+    for group in _logical_lines(old):
+        first = group[0]
+        m = _INCLUDE.match(first)
+        if m:
+            includes.append(m.group(2))
+        parsed = _parse(group)
+        if parsed is None:
+            out.extend(group)
+            continue
+        req, had_hashes, comment = parsed
+        name = normalize_dist(req.name)
+        pin = wanted.get(name)
+        if pin is None:
+            out.extend(group)
+            continue
+        seen.add(name)
+        if req.url:
+            warnings.append(f"{req.name} was installed from {req.url}: replaced by a pin to {pin.version}")
+        if had_hashes:
+            warnings.append(
+                f"{req.name}: the old --hash options were for another version and were dropped; "
+                "regenerate hashes (pip-compile --generate-hashes, or pip hash) before installing with --require-hashes"
+            )
+        if req.extras and constraints:
+            warnings.append(f"{req.name}: extras [{','.join(sorted(req.extras))}] dropped (pip does not accept extras in a constraints file)")
+        ending = group[-1][len(group[-1].rstrip("\r\n")) :] or nl
+        out.append(_line(req.name, set(req.extras), pin, str(req.marker) if req.marker else None, comment, constraints) + ending)
+    missing = [p for p in pins if p.name not in seen]
+    if missing:
+        text = "".join(out)
+        if text and not text.endswith(("\n", "\r")):
+            out.append(nl)
+        if HEADER not in text:
+            if text.strip():
+                out.append(nl)
+            out.append(HEADER + nl)
+        for pin in missing:
+            out.append(_line(pin.name, set(), pin, None, "", constraints) + nl)
+    if base_dir is not None:
+        warnings.extend(_included_pins(includes, wanted, base_dir, read, set()))
+    return "".join(out), warnings
+
+
+def _included_pins(includes: Sequence[str], wanted: Dict[str, Pin], base: Path, read: Callable[[Path], Optional[str]], visited: Set[Path]) -> List[str]:
+    out: List[str] = []
+    for inc in includes:
+        path = (base / inc).resolve()
+        if path in visited:
+            continue
+        visited.add(path)
+        try:
+            text = read(path)
+        except OSError:
+            text = None
+        if text is None:
+            continue
+        nested: List[str] = []
+        for no, group in enumerate(_logical_lines(text), 1):
+            m = _INCLUDE.match(group[0])
+            if m:
+                nested.append(m.group(2))
+            parsed = _parse(group)
+            if parsed and normalize_dist(parsed[0].name) in wanted:
+                pin = wanted[normalize_dist(parsed[0].name)]
+                out.append(
+                    f"{parsed[0].name} is also required in {inc} ({str(parsed[0]).strip()}): change it there to "
+                    f"=={pin.version}, or pip will see two requirements for it"
+                )
+        out.extend(_included_pins(nested, wanted, path.parent, read, visited))
+    return out
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _read_existing(path: Path) -> Optional[str]:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        raise WriteError(f"cannot write {path}: {path.parent} is not a directory") from None
+    except IsADirectoryError:
+        raise WriteError(f"cannot write {path}: it is a directory") from None
+    except OSError as exc:
+        raise WriteError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise WriteError(f"{path} is not UTF-8 text; not touched") from None
+
+
+def write_pinfile(path: Path, pins: Sequence[Pin], *, constraints: bool = False, dry_run: bool = False) -> PinResult:
+    """Update (or create) `path` with `pins`. The old file is intact whenever this raises."""
+    old = _read_existing(path)
+    new, warnings = render_pinfile(old, pins, constraints=constraints, base_dir=path.parent)
+    diff = "".join(
+        difflib.unified_diff(
+            (old or "").splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            fromfile=str(path) if old is not None else "/dev/null",
+            tofile=str(path),
+        )
+    )
+    changed = new != (old or "")
+    if dry_run or not changed:
+        return PinResult(path, new, diff, changed, written=False, warnings=tuple(warnings))
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise WriteError(f"cannot write {path}: {parent} is not a directory", hint="the old file, if any, is unchanged")
+    backup: Optional[Path] = None
+    tmp_name: Optional[str] = None
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=str(parent), prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(new.encode("utf-8"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        if old is not None:
+            shutil.copymode(path, tmp_name)
+            backup = path.with_name(path.name + ".bak")
+            shutil.copy2(path, backup)
+        os.replace(tmp_name, path)
+        tmp_name = None
+    except OSError as exc:
+        raise WriteError(
+            f"cannot write {path}: {exc.strerror or exc}", hint="the old file, if any, is unchanged"
+        ) from None
+    finally:
+        if tmp_name is not None:
+            try:
+                os.unlink(tmp_name)
+            except OSError:
+                pass
+    return PinResult(path, new, diff, changed, written=True, backup=backup, warnings=tuple(warnings))
