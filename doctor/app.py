@@ -17,9 +17,14 @@ from doctor.rules.loader import Catalogue
 def probe_snapshot(env_file: Optional[Path] = None, loaded: bool = True) -> Dict[str, Any]:
     """The snapshot document: read from `env_file`, or probed from this machine."""
     if env_file is not None:
+        from doctor.probe.envvars import REDACTED, is_secret_name, scrub
         from doctor.snapshot import load_snapshot
 
-        return load_snapshot(env_file)
+        doc = load_snapshot(env_file)
+        env = doc.get("env")
+        if isinstance(env, dict):  # a hand-written snapshot may carry secrets: never echo them
+            doc["env"] = {k: REDACTED if is_secret_name(k) else scrub(str(v)) for k, v in env.items()}
+        return doc
     from doctor.probe import collect
 
     return collect(loaded=loaded)
