@@ -108,21 +108,18 @@ def link_kernels(report: Report, cat: Catalogue, kernel_run: Any) -> Report:
         backends=tuple(backends),
         kernels=results,
         rule_results=report.rule_results + extra_results,
-        kernel_summary=_timings(results),
+        kernel_summary=_timings(kernel_run),
     )
 
 
-def _timings(results: Sequence[CaseResult]) -> Tuple[Tuple[str, str], ...]:
-    timed = [c for c in results if c.status == "passed" and c.ms is not None]
-    if not timed:
-        return ()
-    best: Dict[str, CaseResult] = {}
-    for c in timed:
-        if c.backend not in best or (c.ms or 0) < (best[c.backend].ms or 0):
-            best[c.backend] = c
-    ranked = sorted(best.values(), key=lambda c: c.ms or 0.0)
-    lines = [("fastest backend that passed", f"{ranked[0].backend} ({ranked[0].ms:.3f} ms, case {ranked[0].id})")]
-    for c in ranked:
-        tf = f", {c.tflops:.1f} TFLOP/s" if c.tflops else ""
-        lines.append((c.backend, f"{c.ms:.3f} ms{tf} ({c.id})"))
+def _timings(kernel_run: Any) -> Tuple[Tuple[str, str], ...]:
+    """Per shape: the fastest backend that passed, then every timed backend."""
+    lines: List[Tuple[str, str]] = []
+    for t in getattr(kernel_run, "fastest", ()):
+        tf = f", {t.tflops:.1f} TFLOP/s" if t.tflops else ""
+        lines.append((f"fastest that passed at {t.shape}", f"{t.backend} {t.ms:.3f} ms{tf}"))
+    for t in getattr(kernel_run, "timings", ()):
+        tf = f", {t.tflops:.1f} TFLOP/s" if t.tflops else ""
+        note = "" if t.correct else " (failed a correctness case)"
+        lines.append((f"{t.backend} at {t.shape}", f"{t.ms:.3f} ms{tf}{note}"))
     return tuple(lines)

@@ -120,27 +120,24 @@ def _expand_env(paths: List[Path]) -> List[Path]:
 
 def _run_kernels(inputs, quiet: bool):  # type: ignore[no-untyped-def]
     """Run the kernel cases when torch with CUDA and a GPU are present; else say why not."""
-    try:
-        from doctor import verify
-    except ImportError:
-        return None, "kernel stage not installed"
+    from doctor import verify
+    from doctor.rules.evaluate import diagnose
+
     ok, reason = verify.kernels_available(inputs.facts)
     if not ok:
         return None, reason
-    installed = {b.id for b in core_backends(inputs)}
-    cases = verify.plan_cases(inputs.workload if "head_dim_qk" not in inputs.workload.defaulted else None, installed)
+    statuses = diagnose(inputs.catalogue, inputs.facts, inputs.workload).backends
+    installed = {b.id for b in statuses if "library not installed" not in b.reasons}
+    if "sdpa.math" in installed:
+        installed.add("sdpa.flex")
+    given = inputs.workload if "head_dim_qk" not in inputs.workload.defaulted else None
+    cases = verify.plan_cases(given, installed)
     observer = None
     if not quiet:
         from doctor.commands.progress import RichProgress
 
         observer = RichProgress()
     return verify.run_cases(cases, observer=observer), None
-
-
-def core_backends(inputs):  # type: ignore[no-untyped-def]
-    from doctor.rules.evaluate import diagnose
-
-    return [b for b in diagnose(inputs.catalogue, inputs.facts, inputs.workload).backends if b.available is not False or "library not installed" not in b.reasons]
 
 
 check_context = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": ["-h", "--help"]}
