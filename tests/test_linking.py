@@ -1,0 +1,62 @@
+"""Kernel verdicts joined to static predictions: confirmed, refuted, not run, unexpected."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Tuple
+
+from doctor.app import Inputs, check, fail_count
+from doctor.model import CaseResult, facts_from_snapshot
+from doctor.rules.loader import load_catalogue
+from doctor.workload import resolve_workload
+
+SEED = Path(__file__).resolve().parent.parent / "docs" / "examples" / "seeds" / "004-te-fused-strided-gqa"
+STRIDED = "te.fused/fp16/hd64/gqa16-1/s2048/b1/causal/strided-qkv/fwdbwd"
+
+
+@dataclass(frozen=True)
+class FakeRun:
+    results: Tuple[CaseResult, ...]
+    fastest: tuple = ()
+    timings: tuple = ()
+
+
+def report_with(*results: CaseResult):  # type: ignore[no-untyped-def]
+    inputs = Inputs(
+        facts=facts_from_snapshot(json.loads(SEED.with_suffix(".snapshot.json").read_text())),
+        workload=resolve_workload(workload_file=SEED.with_suffix(".workload.yaml")),
+        catalogue=load_catalogue(),
+    )
+    return check(inputs, kernel_run=FakeRun(results=tuple(results)))
+
+
+def finding(report, rule_id: str):  # type: ignore[no-untyped-def]
+    return next(f for f in report.findings if f.rule_id == rule_id)
+
+
+def test_wrong_numbers_confirm_the_silent_corruption_rule() -> None:
+    r = report_with(CaseResult(STRIDED, "te.fused", "failed", "out max rel error 2.1", max_rel_error=2.1))
+    f = finding(r, "TE-FUSED-STRIDED-GQA-QKV")
+    assert f.status == "confirmed" and f.severity == "error"
+    assert any(STRIDED in e and "2.1" in e for e in f.evidence)
+
+
+def test_passing_cases_refute_and_downgrade() -> None:
+    r = report_with(CaseResult(STRIDED, "te.fused", "passed", max_rel_error=0.001))
+    f = finding(r, "TE-FUSED-STRIDED-GQA-QKV")
+    assert f.status == "refuted" and f.severity == "info"
+    assert fail_count(r, "error", strict=False) == sum(1 for x in r.findings if x.severity == "error" and x.status in ("fired", "confirmed"))
+
+
+def test_no_matching_case_is_not_run() -> None:
+    r = report_with(CaseResult("sdpa.math/bf16/hd128/causal/fwdbwd", "sdpa.math", "passed", ms=1.0))
+    assert finding(r, "TE-FUSED-STRIDED-GQA-QKV").status == "not_run"
+
+
+def test_unpredicted_crash_becomes_its_own_finding() -> None:
+    r = report_with(CaseResult("sdpa.cudnn/bf16/hd128/causal/fwdbwd", "sdpa.cudnn", "crashed", "CUDA error: an illegal memory access"))
+    f = finding(r, "KERNEL-SDPA-CUDNN-CRASHED")
+    assert f.severity == "error" and "illegal memory access" in f.message
+    assert ("KERNEL-SDPA-CUDNN-CRASHED", "fired") in r.rule_results
