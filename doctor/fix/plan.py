@@ -6,8 +6,9 @@
                  cuDNN wheels for torch's CUDA major. Pins that are not real releases, do not
                  install on this Python, or break another package's requirements are dropped.
     search       uniform-cost search over sets of candidates, cheapest first:
-                 (torch moves, config changes, packages changed, flash-attn source builds,
-                 version distance, env changes). A set is tried by re-running every rule on
+                 (torch moves, config changes, fixes with a stated cost such as a slower
+                 kernel, packages changed, flash-attn source builds, version distance, env
+                 changes). A set is tried by re-running every rule on
                  the facts as they would be (doctor.assume: a torch pin also moves CUDA and
                  cuDNN); findings it creates become new targets, so a candidate that triggers
                  another rule is only kept together with a fix for that rule.
@@ -70,7 +71,7 @@ class Change:
 class Step:
     """One thing for the user to do, in order."""
 
-    kind: str  # pip | wheel | build | env | config | note | verify
+    kind: str  # pip | wheel | build | env | config | note | manual | verify
     text: str
     command: str = ""
     rule_ids: Tuple[str, ...] = ()
@@ -283,18 +284,19 @@ class _Planner:
             out.append(f"{other}=={best}")
         return out
 
-    def _clears_alone(self, change: Change) -> bool:
-        ev = self.evaluate_changes([change])
-        return ev is not None and change.rule_id not in ev.bad
-
-    def _add(self, change: Change) -> None:
+    def _add(self, change: Change) -> bool:
+        """Keep a candidate that clears its finding on its own; True when it also leaves no
+        new error or warning (it may still be kept: another fix could cover what it triggers)."""
         idx = self.by_rule.setdefault(change.rule_id, [])
         if any(self.pool[i].key == change.key for i in idx):
-            return
-        if not self._clears_alone(change):
-            return
+            return False
+        ev = self.evaluate_changes([change])
+        if ev is None or change.rule_id in ev.bad:
+            return False
         self.pool.append(change)
         idx.append(len(self.pool) - 1)
+        self.evals[frozenset({len(self.pool) - 1})] = ev
+        return not (set(ev.bad) - set(self.targets))
 
     def _current(self, name: str) -> Optional[str]:
         if name == "torch":
@@ -337,9 +339,7 @@ class _Planner:
                     desc = f"Move torch {current} -> {version} (bundles CUDA {b.cuda}, cuDNN {b.cudnn})" if b else desc
                     cost = "a torch change: flash-attn and TransformerEngine must be reinstalled for it"
                 change = Change(rule_id=rule.id, description=desc, pins=pins, cost=cost, origin="catalogue")
-                before = len(self.by_rule.get(rule.id, []))
-                self._add(change)
-                if len(self.by_rule.get(rule.id, [])) > before:
+                if self._add(change):
                     kept += 1
                 if kept >= PER_DIRECTION:
                     break
@@ -420,8 +420,7 @@ class _Planner:
         for side in (below, above):
             kept = 0
             for row in sorted(side, key=lambda r: distance(self.torch0, r.version, order)):
-                before = len(self.by_rule.get(rule.id, []))
-                self._add(
+                clean = self._add(
                     Change(
                         rule_id=rule.id,
                         description=f"Move torch {self.torch0} -> {row.version} (bundles CUDA {row.cuda}, cuDNN {row.cudnn})",
@@ -430,7 +429,7 @@ class _Planner:
                         origin="catalogue",
                     )
                 )
-                if len(self.by_rule.get(rule.id, [])) > before:
+                if clean:
                     kept += 1
                 if kept >= PER_DIRECTION:
                     break
@@ -514,7 +513,7 @@ class _Planner:
             workload = apply_workload(workload, merged.workload)
         return facts, workload
 
-    def cost(self, merged: _Merged) -> Tuple[int, ...]:
+    def cost(self, merged: _Merged, changes: Sequence[Change] = ()) -> Tuple[int, ...]:
         torch_moved = int("torch" in merged.pins and _v(merged.pins["torch"]).base_version != _v(self.torch0 or "0").base_version)
         changed = [n for n, v in merged.pins.items() if self.installed.get(n) != v and not (n == "torch" and not torch_moved)]
         builds = 0
@@ -529,7 +528,8 @@ class _Planner:
                 current = self.facts.cudnn.version
             dist += distance(current, merged.pins[n], self.rel.versions(n) or [r.version for r in self.rel.torch])
         env_changes = sum(1 for k, v in merged.env.items() if self.env0.get(k) != v)
-        return (torch_moved, len(merged.workload), len(changed), builds, dist, env_changes)
+        costly = sum(1 for ch in changes if ch.cost)
+        return (torch_moved, len(merged.workload), costly, len(changed), builds, dist, env_changes)
 
     def evaluate_changes(self, changes: Sequence[Change]) -> Optional[_Eval]:
         merged = self.merge(changes)
@@ -539,7 +539,7 @@ class _Planner:
         if set(self._violations(dict(facts.packages or {}))) - self.baseline_violations:
             return None
         diag = diagnose(self.cat, facts, workload)
-        return _Eval(merged=merged, facts=facts, workload=workload, diagnosis=diag, bad=tuple(_fired_bad(diag)), cost=self.cost(merged))
+        return _Eval(merged=merged, facts=facts, workload=workload, diagnosis=diag, bad=tuple(_fired_bad(diag)), cost=self.cost(merged, changes))
 
     def evaluate(self, state: FrozenSet[int]) -> Optional[_Eval]:
         if state not in self.evals:
@@ -698,7 +698,7 @@ def _alternatives(planner: _Planner, chosen: FrozenSet[int]) -> List[Alternative
         for cost, i, new in sorted(ranked)[:3]:
             ch = planner.pool[i]
             whys = [f"also triggers {', '.join(new)}"] if new else []
-            if cost[3]:
+            if cost[4]:
                 whys.append("no prebuilt flash-attn wheel fits this torch: a source build")
             if cost[0]:
                 whys.append("moves torch")
@@ -762,6 +762,21 @@ def plan_fixes(
             f"torch {planner.torch0} -> {new_t}: no set of changes that keeps torch {planner.torch0} clears "
             f"{', '.join(why) or ', '.join(cleared)}; torch {new_t} bundles CUDA {b.cuda if b else '?'} and cuDNN {b.cudnn if b else '?'}"
         )
+    steps = _steps(planner, ev, changes, wheels, conflicts)
+    manual: List[Step] = []
+    for finding in targets:
+        if finding.rule_id not in unresolved:
+            continue
+        for fix in finding.fixes:
+            if fix.pins or fix.env:
+                continue
+            rule = cat.rule(finding.rule_id)
+            raw = next((wl for f0, wl in zip(rule.fixes, rule.fix_workloads) if f0.config == fix.config and f0.pins == fix.pins), {})
+            if raw:
+                continue
+            text = f"{finding.rule_id} (cannot be re-checked, do it by hand): {' '.join(fix.description.split())}"
+            manual.append(Step("manual", text, "; ".join(render(c, Context(facts, workload)) for c in fix.config), (finding.rule_id,)))
+    steps = steps[:-1] + manual + steps[-1:]
     pins = tuple(f"{k}=={v}" for k, v in sorted(ev.merged.pins.items(), key=lambda kv: (kv[0] != "torch", kv[0])))
     return FixPlan(
         pins=pins,
@@ -774,7 +789,7 @@ def plan_fixes(
         unresolved=unresolved,
         not_evaluated=not_evaluated,
         new_findings=new_findings,
-        steps=tuple(_steps(planner, ev, changes, wheels, conflicts)),
+        steps=tuple(steps),
         conflicts=tuple(conflicts),
         wheels=tuple(wheels),
         alternatives=tuple(alternatives),

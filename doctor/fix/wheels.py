@@ -114,7 +114,8 @@ def wheel_target(facts: Facts, torch_version: Optional[str] = None) -> Optional[
     bundle = torch_bundle(version)
     moved = torch_version is not None and torch_version != facts.torch.version
     cuda = None if moved else facts.torch.cuda
-    if cuda is None and not (facts.torch.hip and not moved):
+    cpu_build = not moved and ("+cpu" in version or bool(facts.torch.hip))
+    if cuda is None and not cpu_build:
         cuda = bundle.cuda if bundle else None
         if cuda:
             assumed.append(f"CUDA {cuda} (the default PyPI build of torch {version})")
