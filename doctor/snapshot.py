@@ -11,13 +11,29 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from doctor.errors import InputError
 from doctor.model import SCHEMA_VERSION
 
 RECREATE = "fix the file or re-create it with `attn-doctor probe --format json > FILE`"
 IMPORT_STATUSES = ("ok", "error", "missing", "timeout")
+# section -> field -> kind (text | bool | int | text_list | text_map | rows); other keys pass
+SECTION_FIELDS: Dict[str, Dict[str, str]] = {
+    "python": {"version": "text", "implementation": "text", "executable": "text"},
+    "platform": {"os": "text", "arch": "text", "libc": "text"},
+    "torch": {
+        "version": "text", "cuda": "text", "hip": "text", "git_version": "text", "cudnn_version": "text",
+        "cxx11_abi": "bool", "cuda_available": "bool", "device_count": "int", "arch_list": "text_list",
+    },
+    "cuda": {"driver_version": "text", "driver_cuda": "text", "runtime": "text", "runtime_wheels": "text_map"},
+    "cudnn": {
+        "version": "text", "loaded": "text", "loaded_path": "text", "installed": "text", "bundled": "text",
+        "bundled_dist": "text", "mismatch": "text", "wheels": "rows", "system": "rows",
+    },
+}
+TOP_TEXT = ("host", "doctor_version", "created")
+TOP_MAPS = ("packages", "env", "unknown", "provenance")
 SECTIONS = (
     "schema_version", "doctor_version", "created", "host", "python", "platform", "packages",
     "torch", "cuda", "cudnn", "gpus", "imports", "env", "unknown", "provenance",
@@ -137,12 +153,26 @@ class _Checker:
             return None
         return {k: self.text(v, [*where, k]) for k, v in m.items()}
 
-    def fields(self, section: Dict[str, Any], where: Sequence[Key], spec: Mapping[str, Callable[[Any, List[Key]], Any]]) -> Dict[str, Any]:
-        out = dict(section)
-        for key, check in spec.items():
-            if key in section:
-                out[key] = check(section[key], [*where, key])
-        return out
+    def value(self, kind: str, value: Any, where: List[Key]) -> Any:
+        """Check one field against its kind in SECTION_FIELDS."""
+        if kind == "text":
+            return self.text(value, where)
+        if kind == "bool":
+            return self.typed(value, bool, where, "true/false")
+        if kind == "int":
+            return self.typed(value, int, where, "an integer")
+        if kind == "text_map":
+            return self.str_map(value, where)
+        items = self.seq(value, where)
+        if items is None:
+            return None
+        if kind == "text_list":
+            return [self.text(x, [*where, i], optional=False) for i, x in enumerate(items)]
+        # "rows": a list of flat mappings of strings
+        return [
+            {k: self.text(x, [*where, i, k]) for k, x in (self.mapping(row, [*where, i], optional=False) or {}).items()}
+            for i, row in enumerate(items)
+        ]
 
 
 def _compute_capability(ck: _Checker, value: Any, where: Sequence[Key]) -> str:
@@ -155,6 +185,40 @@ def _compute_capability(ck: _Checker, value: Any, where: Sequence[Key]) -> str:
             hint='sm_80 is "8.0", sm_90 is "9.0", sm_120 is "12.0"',
         )
     return value
+
+
+def _check_gpus(ck: _Checker, value: Any) -> Optional[List[Dict[str, Any]]]:
+    gpus = ck.seq(value, ["gpus"])
+    if gpus is None:
+        return None
+    checked = []
+    for i, item in enumerate(gpus):
+        where: List[Key] = ["gpus", i]
+        gpu = ck.mapping(item, where, optional=False) or {}
+        if "compute_capability" not in gpu:
+            raise ck.fail(where, 'a GPU needs compute_capability ("8.0")', hint=RECREATE)
+        gpu["compute_capability"] = _compute_capability(ck, gpu["compute_capability"], [*where, "compute_capability"])
+        gpu.setdefault("index", i)
+        ck.typed(gpu["index"], int, [*where, "index"], "an integer")
+        gpu["name"] = ck.text(gpu.get("name", "unknown GPU"), [*where, "name"], optional=False)
+        ck.typed(gpu.get("memory_mib"), int, [*where, "memory_mib"], "an integer (MiB)")
+        checked.append(gpu)
+    return checked
+
+
+def _check_imports(ck: _Checker, value: Any) -> Dict[str, Dict[str, Any]]:
+    imports = ck.mapping(value, ["imports"]) or {}
+    for mod, st in imports.items():
+        where: List[Key] = ["imports", mod]
+        entry = ck.mapping(st, where, optional=False) or {}
+        status = entry.get("status")
+        if status not in IMPORT_STATUSES:
+            raise ck.fail(
+                [*where, "status"] if "status" in entry else where,
+                f"import status must be one of {', '.join(IMPORT_STATUSES)}, got {status!r}",
+            )
+        imports[mod] = {k: (v if k == "status" else ck.text(v, [*where, k])) for k, v in entry.items()}
+    return imports
 
 
 def validate_snapshot(doc: Any, path: Union[str, Path] = "<snapshot>", text: Optional[str] = None) -> Dict[str, Any]:
@@ -176,7 +240,8 @@ def validate_snapshot(doc: Any, path: Union[str, Path] = "<snapshot>", text: Opt
     version = out.get("schema_version")
     if version is None:
         out["schema_version"] = SCHEMA_VERSION
-        prov = out.get("provenance") if isinstance(out.get("provenance"), Mapping) else {}
+        prov = out.get("provenance")
+        prov = dict(prov) if isinstance(prov, Mapping) else {}
         out["provenance"] = {**prov, "schema_version": "assumed 1 (absent from the file)"}
     elif version != SCHEMA_VERSION or isinstance(version, bool):
         raise ck.fail(
@@ -185,84 +250,24 @@ def validate_snapshot(doc: Any, path: Union[str, Path] = "<snapshot>", text: Opt
             hint="upgrade attn-doctor, or re-create the snapshot with this version's `attn-doctor probe --format json`",
         )
 
-    opt_text = lambda v, w: ck.text(v, w)  # noqa: E731
-    opt_bool = lambda v, w: ck.typed(v, bool, w, "true/false")  # noqa: E731
-    opt_int = lambda v, w: ck.typed(v, int, w, "an integer")  # noqa: E731
-
-    def str_list(v: Any, w: List[Key]) -> Optional[List[str]]:
-        items = ck.seq(v, w)
-        return None if items is None else [str(ck.text(x, [*w, i], optional=False)) for i, x in enumerate(items)]
-
-    for key in ("packages", "env", "unknown", "provenance"):
+    for key in TOP_MAPS:
         if key in out:
             out[key] = ck.str_map(out[key], [key])
-    for key in ("host", "doctor_version", "created"):
+    for key in TOP_TEXT:
         if key in out:
             out[key] = ck.text(out[key], [key])
-    if "python" in out:
-        sec = ck.mapping(out["python"], ["python"])
-        out["python"] = None if sec is None else ck.fields(sec, ["python"], {k: opt_text for k in ("version", "implementation", "executable")})
-    if "platform" in out:
-        sec = ck.mapping(out["platform"], ["platform"])
-        out["platform"] = None if sec is None else ck.fields(sec, ["platform"], {k: opt_text for k in ("os", "arch", "libc")})
-    if "torch" in out:
-        sec = ck.mapping(out["torch"], ["torch"])
-        spec: Dict[str, Callable[[Any, List[Key]], Any]] = {
-            k: opt_text for k in ("version", "cuda", "hip", "git_version", "cudnn_version")
-        }
-        spec.update(cxx11_abi=opt_bool, cuda_available=opt_bool, device_count=opt_int, arch_list=str_list)
-        out["torch"] = None if sec is None else ck.fields(sec, ["torch"], spec)
-    if "cuda" in out:
-        sec = ck.mapping(out["cuda"], ["cuda"])
-        spec = {k: opt_text for k in ("driver_version", "driver_cuda", "runtime")}
-        spec["runtime_wheels"] = lambda v, w: ck.str_map(v, w)
-        out["cuda"] = None if sec is None else ck.fields(sec, ["cuda"], spec)
-    if "cudnn" in out:
-        sec = ck.mapping(out["cudnn"], ["cudnn"])
-        spec = {k: opt_text for k in ("version", "loaded", "loaded_path", "installed", "bundled", "bundled_dist", "mismatch")}
-
-        def rows(v: Any, w: List[Key]) -> Optional[List[Dict[str, Any]]]:
-            items = ck.seq(v, w)
-            if items is None:
-                return None
-            checked = []
-            for i, item in enumerate(items):
-                row = ck.mapping(item, [*w, i], optional=False) or {}
-                checked.append({k: ck.text(x, [*w, i, k]) for k, x in row.items()})
-            return checked
-
-        spec.update(wheels=rows, system=rows)
-        out["cudnn"] = None if sec is None else ck.fields(sec, ["cudnn"], spec)
+    for section, spec in SECTION_FIELDS.items():
+        if section in out:
+            fields = ck.mapping(out[section], [section])
+            if fields is not None:
+                for key, kind in spec.items():
+                    if key in fields:
+                        fields[key] = ck.value(kind, fields[key], [section, key])
+            out[section] = fields
     if "gpus" in out:
-        gpus = ck.seq(out["gpus"], ["gpus"])
-        if gpus is not None:
-            checked_gpus = []
-            for i, item in enumerate(gpus):
-                where: List[Key] = ["gpus", i]
-                gpu = ck.mapping(item, where, optional=False) or {}
-                if "compute_capability" not in gpu:
-                    raise ck.fail(where, "a GPU needs compute_capability (\"8.0\")", hint=RECREATE)
-                gpu["compute_capability"] = _compute_capability(ck, gpu["compute_capability"], [*where, "compute_capability"])
-                gpu.setdefault("index", i)
-                ck.typed(gpu["index"], int, [*where, "index"], "an integer")
-                gpu["name"] = ck.text(gpu.get("name", "unknown GPU"), [*where, "name"], optional=False)
-                ck.typed(gpu.get("memory_mib"), int, [*where, "memory_mib"], "an integer (MiB)")
-                checked_gpus.append(gpu)
-            gpus = checked_gpus
-        out["gpus"] = gpus
+        out["gpus"] = _check_gpus(ck, out["gpus"])
     if "imports" in out:
-        imports = ck.mapping(out["imports"], ["imports"]) or {}
-        for mod, st in imports.items():
-            where = ["imports", mod]
-            entry = ck.mapping(st, where, optional=False) or {}
-            status = entry.get("status")
-            if status not in IMPORT_STATUSES:
-                raise ck.fail(
-                    [*where, "status"] if "status" in entry else where,
-                    f"import status must be one of {', '.join(IMPORT_STATUSES)}, got {status!r}",
-                )
-            imports[mod] = {k: (ck.text(v, [*where, k]) if k != "status" else v) for k, v in entry.items()}
-        out["imports"] = imports
+        out["imports"] = _check_imports(ck, out["imports"])
     return out
 
 

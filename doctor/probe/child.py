@@ -26,7 +26,6 @@ MARKER = "@@attn-doctor@@ "
 SCRIPT = Path(__file__).with_name("child_script.py")
 
 
-
 @dataclass(frozen=True)
 class ImportResult:
     status: str  # ok | error | missing | timeout
@@ -121,7 +120,10 @@ def _signal_name(code: int) -> str:
 
 
 def _failure(res: RunResult, in_progress: Optional[str], timeout: float) -> str:
-    where = f" while importing {in_progress}" if in_progress else ""
+    if in_progress == "cuda":
+        where = " while asking torch.cuda about the GPUs"
+    else:
+        where = f" while importing {in_progress}" if in_progress else ""
     if res.error:
         return f"could not start the child python: {res.error}"
     if res.timed_out:
@@ -150,6 +152,87 @@ def _value(facts: Mapping[str, Any], key: str, unknown: Dict[str, str], path: st
     return entry.get("value")
 
 
+@dataclass(frozen=True)
+class _Progress:
+    done: bool  # the child reached its last step
+    in_progress: Optional[str]  # the step it had begun but not finished
+    stopped: Optional[str]  # why it stopped early (None when done)
+
+
+def _progress(records: Sequence[Mapping[str, Any]], res: Optional[RunResult], timeout: float) -> _Progress:
+    steps = {r.get("step") for r in records}
+    done = "done" in steps
+    finished = {str(r.get("name")) for r in records if r.get("step") == "import"}
+    finished |= {name for name, step in (("torch", "torch_import"), ("cuda", "cuda")) if step in steps}
+    begun = [r.get("name") for r in records if r.get("step") == "begin"]
+    in_progress = next((str(b) for b in reversed(begun) if b not in finished), None)
+    stopped = None
+    if not done:
+        if res is None:
+            stopped = "the child python stopped early"
+        elif res.ok and not records:
+            stopped = "the child python printed no result: " + (_tail(res.stdout) or "empty output")
+        else:
+            stopped = _failure(res, in_progress, timeout)
+    return _Progress(done, in_progress, stopped)
+
+
+def _torch_facts(records: Sequence[Mapping[str, Any]], progress: _Progress, unknown: Dict[str, str]) -> LoadedTorch:
+    facts = next((r for r in records if r.get("step") == "torch"), {}).get("facts") or {}
+    cuda_rec = next((r for r in records if r.get("step") == "cuda"), None)
+    raw = _value(facts, "cudnn_version_int", unknown, "torch.cudnn_version", "torch.backends.cudnn.version()")
+    try:
+        cudnn = decode_cudnn_version(raw)
+    except (TypeError, ValueError):
+        unknown["torch.cudnn_version"] = f"unexpected cuDNN version {raw!r}"
+        cudnn = None
+    if "torch.cudnn_version" in unknown:
+        unknown["cudnn.loaded"] = unknown["torch.cudnn_version"]
+    abi = _value(facts, "cxx11_abi", unknown, "torch.cxx11_abi", "torch._C._GLIBCXX_USE_CXX11_ABI")
+    avail = count = arch = None
+    if cuda_rec is None:
+        for fact in ("cuda_available", "device_count", "arch_list"):
+            unknown[f"torch.{fact}"] = progress.stopped or "the child python did not report it"
+    else:
+        cuda = cuda_rec.get("facts") or {}
+        avail = _value(cuda, "cuda_available", unknown, "torch.cuda_available", "torch.cuda.is_available()")
+        count = _value(cuda, "device_count", unknown, "torch.device_count", "torch.cuda.device_count()")
+        arch = _value(cuda, "arch_list", unknown, "torch.arch_list", "torch.cuda.get_arch_list()")
+    return LoadedTorch(
+        version=_plain(facts, "version"),
+        cuda=_plain(facts, "cuda"),
+        hip=_plain(facts, "hip"),
+        git_version=_plain(facts, "git_version"),
+        cxx11_abi=abi if isinstance(abi, bool) else None,
+        cuda_available=avail if isinstance(avail, bool) else None,
+        device_count=count if isinstance(count, int) and not isinstance(count, bool) else None,
+        arch_list=tuple(str(a) for a in arch) if isinstance(arch, list) else None,
+        cudnn_version=cudnn,
+        cudnn_path=_plain(facts, "cudnn_path"),
+        cudart_path=_plain(facts, "cudart_path"),
+    )
+
+
+def _import_result(
+    name: str, result: Mapping[str, Any], torch: LoadedTorch, py_tag: Optional[str], versions: Mapping[str, str]
+) -> ImportResult:
+    status = str(result.get("status", "error"))
+    if status in ("ok", "missing"):
+        return ImportResult(status)
+    error = scrub(str(result.get("error") or "")) or None
+    if error is None:
+        return ImportResult(status)
+    ctx = TorchContext(
+        version=torch.version,
+        cuda=torch.cuda,
+        cxx11_abi=torch.cxx11_abi,
+        python_tag=py_tag,
+        package_version=next((versions[d] for d in IMPORT_DISTS.get(name, ()) if d in versions), None),
+    )
+    diag = diagnose(name, error, ctx)
+    return ImportResult(status, error, diag.cause if diag else None, diag.fix if diag else None)
+
+
 def interpret(
     records: Sequence[Mapping[str, Any]],
     res: Optional[RunResult],
@@ -159,26 +242,12 @@ def interpret(
     versions: Mapping[str, str],
     seconds: float = 0.0,
     names: Sequence[str] = IMPORTS,
+    cached_at: Optional[str] = None,
 ) -> Loaded:
     """Loaded facts from the child's records; `res` explains what is missing when it stopped early."""
+    progress = _progress(records, res, timeout)
     unknown: Dict[str, str] = {}
     imports: Dict[str, ImportResult] = {}
-    torch = LoadedTorch()
-    done = any(r.get("step") == "done" for r in records)
-    begun = [r.get("name") for r in records if r.get("step") == "begin"]
-    finished = {"torch"} if any(r.get("step") == "torch_import" for r in records) else set()
-    finished |= {str(r.get("name")) for r in records if r.get("step") == "import"}
-    finished |= {"cuda"} if any(r.get("step") == "cuda" for r in records) else set()
-    in_progress = next((b for b in reversed(begun) if b not in finished), None)
-    stopped = None
-    if not done:
-        if res is None:
-            stopped = "the child python stopped early"
-        elif res.ok and not records:
-            stopped = "the child python printed no result: " + (_tail(res.stdout) or "empty output")
-        else:
-            stopped = _failure(res, in_progress, timeout)
-
     torch_import = next((r for r in records if r.get("step") == "torch_import"), None)
     if torch_import is None or torch_import.get("status") != "ok":
         if torch_import is not None:
@@ -188,80 +257,28 @@ def interpret(
             if diag:
                 reason += f" (cause: {diag.cause}; fix: {diag.fix})"
         else:
-            reason = stopped or "the child python did not import torch"
+            reason = progress.stopped or "the child python did not import torch"
         for fact in TORCH_FACTS:
             unknown[f"torch.{fact}"] = reason
         unknown["cudnn.loaded"] = reason
         for name in names:
             unknown[f"imports.{name}"] = f"not tried: {reason}"
-        return Loaded(torch, imports, unknown, python, seconds, records=tuple(records), complete=done)
+        return Loaded(LoadedTorch(), imports, unknown, python, seconds, cached_at, tuple(records), progress.done)
 
-    facts_rec = next((r for r in records if r.get("step") == "torch"), {})
-    facts = facts_rec.get("facts") or {}
-    cuda_rec = next((r for r in records if r.get("step") == "cuda"), None)
-    cuda = (cuda_rec or {}).get("facts") or {}
-    raw_cudnn = _value(facts, "cudnn_version_int", unknown, "torch.cudnn_version", "torch.backends.cudnn.version()")
-    try:
-        cudnn = decode_cudnn_version(raw_cudnn)
-    except (TypeError, ValueError):
-        unknown["torch.cudnn_version"] = f"unexpected cuDNN version {raw_cudnn!r}"
-        cudnn = None
-    abi = _value(facts, "cxx11_abi", unknown, "torch.cxx11_abi", "torch._C._GLIBCXX_USE_CXX11_ABI")
-    if cuda_rec is None:
-        for fact in ("cuda_available", "device_count", "arch_list"):
-            unknown[f"torch.{fact}"] = stopped or "the child python did not report it"
-        avail = count = arch = None
-    else:
-        avail = _value(cuda, "cuda_available", unknown, "torch.cuda_available", "torch.cuda.is_available()")
-        count = _value(cuda, "device_count", unknown, "torch.device_count", "torch.cuda.device_count()")
-        arch = _value(cuda, "arch_list", unknown, "torch.arch_list", "torch.cuda.get_arch_list()")
-    torch = LoadedTorch(
-        version=_plain(facts, "version"),
-        cuda=_plain(facts, "cuda"),
-        hip=_plain(facts, "hip"),
-        git_version=_plain(facts, "git_version"),
-        cxx11_abi=abi if isinstance(abi, bool) else None,
-        cuda_available=avail if isinstance(avail, bool) else None,
-        device_count=count if isinstance(count, int) else None,
-        arch_list=tuple(str(a) for a in arch) if isinstance(arch, list) else None,
-        cudnn_version=cudnn,
-        cudnn_path=_plain(facts, "cudnn_path"),
-        cudart_path=_plain(facts, "cudart_path"),
-    )
-    if "torch.cudnn_version" in unknown:
-        unknown["cudnn.loaded"] = unknown["torch.cudnn_version"]
-
+    torch = _torch_facts(records, progress, unknown)
     start = next((r for r in records if r.get("step") == "start"), {})
-    py_tag = "cp" + "".join(str(start.get("python", "")).split(".")[:2]) if start.get("python") else None
+    py_tag = "cp" + "".join(str(start["python"]).split(".")[:2]) if start.get("python") else None
     for name in names:
         rec = next((r for r in records if r.get("step") == "import" and r.get("name") == name), None)
-        if rec is None:
-            if name == in_progress and res is not None and res.timed_out:
-                imports[name] = ImportResult("timeout", f"import did not finish within {timeout:g} s")
-            elif name == in_progress:
-                imports[name] = ImportResult("error", stopped)
-            else:
-                unknown[f"imports.{name}"] = f"not tried: {stopped or 'no result'}"
-            continue
-        result = rec.get("result") or {}
-        status = str(result.get("status", "error"))
-        error = scrub(str(result["error"])) if result.get("error") else None
-        cause = fix = None
-        if status == "error" and error:
-            ctx = TorchContext(
-                version=torch.version,
-                cuda=torch.cuda,
-                cxx11_abi=torch.cxx11_abi,
-                python_tag=py_tag,
-                package_version=next(
-                    (versions[d] for d in IMPORT_DISTS.get(name, ()) if d in versions), None
-                ),
-            )
-            diag = diagnose(name, error, ctx)
-            if diag:
-                cause, fix = diag.cause, diag.fix
-        imports[name] = ImportResult(status, error if status != "ok" else None, cause, fix)
-    return Loaded(torch, imports, unknown, python, seconds, records=tuple(records), complete=done)
+        if rec is not None:
+            imports[name] = _import_result(name, rec.get("result") or {}, torch, py_tag, versions)
+        elif name == progress.in_progress and res is not None and res.timed_out:
+            imports[name] = ImportResult("timeout", f"import did not finish within {timeout:g} s")
+        elif name == progress.in_progress:
+            imports[name] = ImportResult("error", progress.stopped)
+        else:
+            unknown[f"imports.{name}"] = f"not tried: {progress.stopped or 'no result'}"
+    return Loaded(torch, imports, unknown, python, seconds, cached_at, tuple(records), progress.done)
 
 
 def probe(src: Sources, python: str, versions: Mapping[str, str], names: Sequence[str] = IMPORTS) -> Loaded:

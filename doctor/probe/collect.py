@@ -55,10 +55,12 @@ def _present(name: str, scan: packages.PackageScan) -> bool:
     if not rest:
         return True
     # a submodule (flash_attn.cute): any folder on the path may hold a namespace portion
-    return any(
-        os.path.exists(os.path.join(p, top, *rest.split("."))) or os.path.exists(os.path.join(p, top, *rest.split(".")) + ".py")
-        for p in scan.paths
-    )
+    parts = rest.split(".")
+    for p in scan.paths:
+        sub = os.path.join(p, top, *parts)
+        if os.path.exists(sub) or os.path.exists(sub + ".py"):
+            return True
+    return False
 
 
 def _fingerprint(
@@ -89,11 +91,12 @@ def _fingerprint(
 
 
 def _cacheable(loaded: "child.Loaded", gp: gpus.GpuProbe) -> bool:
-    if not loaded.complete or "torch.cxx11_abi" in loaded.unknown and not loaded.torch.version:
+    """Only complete answers are reused: no crash, no timeout, torch imported."""
+    if not loaded.complete or loaded.torch.version is None:
         return False
-    if loaded.torch.version is None or any(r.status == "timeout" for r in loaded.imports.values()):
+    if any(r.status == "timeout" for r in loaded.imports.values()):
         return False
-    # GPUs visible to the driver but not to torch may be a transient driver state: re-check
+    # GPUs the driver sees but torch does not may be a passing driver state: ask again next time
     return not (gp.gpus and loaded.torch.cuda_available is False)
 
 
@@ -111,13 +114,9 @@ def _loaded_facts(
     key = _fingerprint(python, src, scan, gp, libs) if src.cache_dir is not None else ""
     hit = cache.load(src.cache_dir, key) if key else None
     if hit is not None:
-        result = child.interpret(
+        return child.interpret(
             hit["records"], None, python=python, timeout=src.effective_child_timeout(),
-            versions=versions, seconds=float(hit.get("seconds", 0.0)),
-        )
-        return child.Loaded(
-            result.torch, result.imports, result.unknown, python, result.seconds,
-            cached_at=str(hit.get("created")), records=result.records, complete=result.complete,
+            versions=versions, seconds=float(hit.get("seconds", 0.0)), cached_at=str(hit.get("created")),
         )
     result = child.probe(src, python, versions)
     if key and _cacheable(result, gp):
@@ -267,6 +266,9 @@ def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[s
     imports = _imports(result, scan, why_not, notes)
     env = envvars.relevant(src.environ)
     notes.provenance["env"] = "process environment (secret-like values redacted)"
+    if result is not None:
+        when = f"cached {result.cached_at}" if result.cached_at else f"{result.seconds:g} s"
+        notes.provenance["child"] = f"{result.python} ({when})"
 
     doc: Dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -293,8 +295,4 @@ def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[s
         "unknown": dict(sorted(notes.unknown.items())),
         "provenance": dict(sorted(notes.provenance.items())),
     }
-    if result is not None:
-        doc["provenance"]["child"] = (
-            f"{result.python} ({'cached ' + result.cached_at if result.cached_at else f'{result.seconds:g} s'})"
-        )
     return doc

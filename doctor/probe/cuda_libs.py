@@ -157,6 +157,7 @@ def _system_dirs(src: Sources) -> List[str]:
 def _system_cudnn(
     src: Sources, wheel_dirs: Set[str], ld_paths: Sequence[str]
 ) -> Tuple[SystemCudnn, ...]:
+    """One entry per real libcudnn file outside the wheels (symlinks folded together)."""
     candidates: List[str] = list(ld_paths)
     for d in _system_dirs(src):
         candidates.extend(_libs_in(d, "libcudnn.so"))
@@ -175,7 +176,6 @@ def _system_cudnn(
             if hdr and (version is None or hdr[0].split(".")[0] == version.split(".")[0]):
                 version, source = hdr
         found.append(SystemCudnn(path=path, version=version, source=source))
-    # one entry per library: keep the most specific name for each real file
     return tuple(found)
 
 
@@ -184,7 +184,7 @@ def _runtime(
 ) -> Tuple[Optional[str], Optional[str]]:
     for name, dist in scan.dists.items():
         if _RUNTIME_DIST.match(name):
-            return dist.version, f"{dist.metadata}"
+            return dist.version, str(dist.metadata)
     toolkit = scan.dists.get("cuda-toolkit")
     if toolkit is not None:
         return toolkit.version, str(toolkit.metadata)

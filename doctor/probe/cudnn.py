@@ -91,9 +91,7 @@ def assess(
             f"(pip install {bundled_dist}=={bundled})"
         )
     if loaded_version:
-        outside = bool(loaded_path) and not any(
-            os.path.dirname(os.path.realpath(loaded_path)) == d for d in wheel_dirs  # type: ignore[arg-type]
-        )
+        outside = loaded_path is not None and os.path.dirname(os.path.realpath(loaded_path)) not in wheel_dirs
         where = f" from {loaded_path}" if loaded_path else ""
         if bundled and not _same(loaded_version, bundled):
             why = (

@@ -90,6 +90,8 @@ def run_command(
         return RunResult(args, None, error=f"{args[0]}: permission denied")
     except OSError as exc:
         return RunResult(args, None, error=f"{args[0]}: {exc.strerror or exc}")
+    out: Optional[bytes]
+    err: Optional[bytes]
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired as exc:

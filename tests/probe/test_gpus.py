@@ -81,7 +81,8 @@ def test_a_really_hanging_nvidia_smi_is_killed_in_time(site: Path, tmp_path: Pat
     bindir = tmp_path / "bin"
     bindir.mkdir()
     smi = bindir / "nvidia-smi"
-    smi.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(30)\n")
+    pidfile = tmp_path / "smi.pid"
+    smi.write_text(f"#!{sys.executable}\nimport os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(30)\n")
     smi.chmod(0o755)
     from doctor.probe.sources import run_command
 
@@ -90,6 +91,14 @@ def test_a_really_hanging_nvidia_smi_is_killed_in_time(site: Path, tmp_path: Pat
     doc = collect(loaded=False, sources=src)
     assert time.monotonic() - start < 5
     assert "did not answer within 0.5 s" in doc["unknown"]["gpus"]
+    pid = int(pidfile.read_text())
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        pass  # killed and reaped: nothing left behind
+    else:
+        os.kill(pid, 9)
+        raise AssertionError("the hung nvidia-smi was left running")
 
 
 def test_failing_nvidia_smi_reports_its_message(site: Path) -> None:
