@@ -101,14 +101,14 @@ class FixPlan:
     cleared: Tuple[str, ...]
     unresolved: Tuple[str, ...]
     not_evaluated: Tuple[str, ...]  # findings that could not be evaluated (missing facts)
-    new_findings: Tuple[str, ...] = ()  # fired after the plan but not before (empty when verified)
+    new_findings: Tuple[str, ...] = ()  # warnings the plan brings up because nothing clears the errors without them
     steps: Tuple[Step, ...] = ()
     conflicts: Tuple[str, ...] = ()  # what pip will report as conflicting
     wheels: Tuple[WheelChoice, ...] = ()
     alternatives: Tuple[Alternative, ...] = ()
     notes: Tuple[str, ...] = ()
     torch_reason: Optional[str] = None  # why torch must move, when it does
-    verified: bool = False  # every rule re-run with the plan assumed: nothing new, targets cleared
+    verified: bool = False  # every rule re-run with the plan assumed: the cleared findings are gone, no new error
     catalogue_date: str = ""
 
     @property
@@ -558,7 +558,8 @@ class _Planner:
         heap: List[Tuple[Tuple[int, ...], int, FrozenSet[int]]] = [(ev0.cost, 0, start)]
         seen: Set[FrozenSet[int]] = {start}
         counter = itertools.count(1)
-        best: Tuple[Tuple[Any, ...], FrozenSet[int]] = ((0, ev0.cost), start)
+        errors0 = {f.rule_id for f in ev0.diagnosis.findings if f.status == "fired" and f.severity == "error"}
+        best: Tuple[Tuple[Any, ...], FrozenSet[int]] = ((len(errors0 & set(ev0.bad)), len(ev0.bad), 0, ev0.cost), start)
         evaluations = 0
         while heap and evaluations < MAX_EVALUATIONS:
             _, _, state = heapq.heappop(heap)
@@ -567,16 +568,27 @@ class _Planner:
                 continue
             new = [r for r in ev.bad if r not in targets]
             fixable = [r for r in ev.bad if self.candidates(r)]
-            if not new:
-                key = (-len(targets - set(ev.bad)), ev.cost)
+            if not new and not fixable:
+                return state, ev
+            errors = {f.rule_id for f in ev.diagnosis.findings if f.status == "fired" and f.severity == "error"}
+            if not errors.intersection(new):
+                # Fallback when no clean plan exists: fewest errors, then fewest warnings (an
+                # error traded for a new warning, e.g. wrong results for a slower kernel, counts).
+                key = (len(errors & set(ev.bad)), len(ev.bad), len(new), ev.cost)
                 if key < best[0]:
                     best = (key, state)
-                if not fixable:
-                    return state, ev
             if not fixable:
                 continue
+            # Expand on the first finding still firing: with its own candidates, and with any
+            # other firing finding's candidate that clears it too (one env setting can fix two).
             rule_id = fixable[0]
-            for idx in self.candidates(rule_id):
+            options = list(self.candidates(rule_id))
+            for other in fixable[1:]:
+                for idx in self.candidates(other):
+                    single = self.evaluate(frozenset({idx}))
+                    if idx not in options and single is not None and rule_id not in single.bad:
+                        options.append(idx)
+            for idx in options:
                 if idx in state or (allow is not None and not allow(self.pool[idx])):
                     continue
                 nxt = state | {idx}
@@ -795,6 +807,6 @@ def plan_fixes(
         alternatives=tuple(alternatives),
         notes=tuple(dict.fromkeys(planner.notes + ev.merged.notes)),
         torch_reason=torch_reason,
-        verified=not new_findings and bool(state or not targets) and not set(ev.bad) - set(unresolved),
+        verified=not (set(new_findings) & {f.rule_id for f in ev.diagnosis.findings if f.severity == "error"}),
         catalogue_date=rel.retrieved,
     )

@@ -17,7 +17,7 @@ def render_fix_markdown(plan: FixPlan) -> str:
         f"## attn-doctor fix: {n} finding(s), {len(plan.cleared)} cleared, {len(plan.unresolved)} unresolved",
         "",
     ]
-    if plan.verified and not plan.unresolved and n:
+    if plan.verified and not plan.unresolved and not plan.new_findings and n:
         out += ["Verified: every rule re-run with the plan assumed leaves no error or warning.", ""]
     if plan.targets:
         out += ["| Severity | Rule | Finding | Status |", "|---|---|---|---|"]
@@ -50,6 +50,8 @@ def render_fix_markdown(plan: FixPlan) -> str:
         out += ["### Conflicts pip will report", "", *(f"- ⚠️ {c}" for c in plan.conflicts), ""]
     if plan.unresolved:
         out += ["### Unresolved", "", *(f"- `{r}`" for r in plan.unresolved), ""]
+    if plan.new_findings:
+        out += [f"**Trade-off:** the plan brings up {', '.join(f'`{r}`' for r in plan.new_findings)} (no change in the catalogue clears the errors without it).", ""]
     if plan.steps and plan.targets:
         out += ["### Steps", ""]
         for i, s in enumerate(plan.steps, 1):

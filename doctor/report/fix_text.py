@@ -19,7 +19,7 @@ def _summary(plan: FixPlan) -> str:
     if not n:
         return "[green]Nothing to fix:[/] no error or warning findings."
     head = f"{n} finding{'s' if n != 1 else ''}: {len(plan.cleared)} cleared, {len(plan.unresolved)} unresolved"
-    if plan.verified and not plan.unresolved:
+    if plan.verified and not plan.unresolved and not plan.new_findings:
         return f"[green]{head}[/] (verified: every rule re-run with the plan assumed)"
     return f"[yellow]{head}[/]"
 
@@ -72,7 +72,7 @@ def render_fix(plan: FixPlan, *, color: bool = False, width: int = 100) -> str:
             p(f"  - {escape(r)}")
     if plan.new_findings:
         p("")
-        p("[bold red]The plan would trigger[/] " + escape(", ".join(plan.new_findings)))
+        p("[bold yellow]Trade-off:[/] the plan brings up " + escape(", ".join(plan.new_findings)) + " (no change in the catalogue clears the errors without it)")
     if plan.steps and plan.targets:
         p("")
         p("[bold]Steps[/]")
