@@ -1,0 +1,92 @@
+"""flash-attn wheel names per release: the CUDA tag changed spelling over time, and a wheel
+exists only for the torch lines, CUDA majors, Pythons and ABIs a release's CI built. Names
+checked against real release assets seen in public install scripts."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pytest
+
+from doctor.fix.wheels import WheelTarget, choose_wheel, cuda_tag, wheel_target
+from doctor.model import Facts, PythonInfo, TorchInfo
+
+
+@pytest.mark.parametrize(
+    "fa,torch_mm,cuda,tag",
+    [
+        ("2.1.1", "2.0", "11.7", "117"),  # major+minor of torch.version.cuda
+        ("2.3.0", "2.1", "12.1", "122"),  # torch 2.1 forced to 12.2
+        ("2.3.0", "2.0", "11.8", "118"),
+        ("2.3.6", "2.1", "12.1", "122"),  # CUDA 12 -> 122
+        ("2.5.8", "2.3", "12.1", "122"),
+        ("2.6.0.post1", "2.3", "11.8", "118"),
+        ("2.6.3", "2.4", "12.4", "123"),  # CUDA 12 -> 123 from 2.6.1
+        ("2.7.0.post2", "2.5", "12.4", "12"),  # the major alone from 2.7.0
+        ("2.8.3", "2.8", "12.8", "12"),
+    ],
+)
+def test_cuda_tag(fa: str, torch_mm: str, cuda: str, tag: str) -> None:
+    assert cuda_tag(fa, torch_mm, cuda) == tag
+
+
+def _t(torch: str, cuda: Optional[str], abi: Optional[bool], py: Optional[str]) -> WheelTarget:
+    return WheelTarget(torch=torch, cuda=cuda, cxx11_abi=abi, python=py)
+
+
+@pytest.mark.parametrize(
+    "fa,target,filename",
+    [
+        ("2.5.8", _t("2.3.0", "12.1", False, "3.10"), "flash_attn-2.5.8+cu122torch2.3cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"),
+        ("2.5.8", _t("2.2.2", "12.1", False, "3.10"), "flash_attn-2.5.8+cu122torch2.2cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"),
+        ("2.6.3", _t("2.4.1", "12.4", False, "3.11"), "flash_attn-2.6.3+cu123torch2.4cxx11abiFALSE-cp311-cp311-linux_x86_64.whl"),
+        ("2.7.4.post1", _t("2.6.0", "12.4", False, "3.12"), "flash_attn-2.7.4.post1+cu12torch2.6cxx11abiFALSE-cp312-cp312-linux_x86_64.whl"),
+        ("2.7.4.post1", _t("2.4.1", "12.1", False, "3.10"), "flash_attn-2.7.4.post1+cu12torch2.4cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"),
+        ("2.3.0", _t("2.0.1", "11.7", False, "3.10"), "flash_attn-2.3.0+cu117torch2.0cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"),
+        ("2.8.3", _t("2.7.1", "12.6", True, "3.11"), "flash_attn-2.8.3+cu12torch2.7cxx11abiTRUE-cp311-cp311-linux_x86_64.whl"),
+    ],
+)
+def test_real_asset_names(fa: str, target: WheelTarget, filename: str, rel) -> None:  # type: ignore[no-untyped-def]
+    choice = choose_wheel(rel, fa, target)
+    assert choice.available, choice.notes
+    assert choice.filename == filename
+    assert choice.url == f"https://github.com/Dao-AILab/flash-attention/releases/download/v{fa}/{filename}"
+    assert choice.pip_command == f"pip install --no-deps {choice.url}"
+
+
+@pytest.mark.parametrize(
+    "fa,target,why",
+    [
+        ("2.5.8", _t("2.4.1", "12.1", False, "3.10"), "not 2.4"),  # no torch 2.4 build
+        ("2.8.3", _t("2.9.1", "12.8", True, "3.11"), "not 2.9"),
+        ("2.5.8", _t("2.3.0", "12.1", False, "3.13"), "Python 3.13"),
+        ("2.8.3", _t("2.6.0", "12.4", False, "3.11"), "does not import"),  # 2.8.x torch2.6 FALSE wheels are new-ABI
+        ("2.8.3.post2", _t("2.8.0", "12.8", True, "3.11"), "no wheel matrix"),
+        ("2.7.4.post1", _t("2.6.0", None, False, "3.11"), "not a CUDA build"),
+    ],
+)
+def test_no_wheel_says_why_and_how_to_build(fa: str, target: WheelTarget, why: str, rel) -> None:  # type: ignore[no-untyped-def]
+    choice = choose_wheel(rel, fa, target)
+    assert not choice.available
+    assert any(why in n for n in choice.notes), choice.notes
+    assert choice.build == f"MAX_JOBS=4 FLASH_ATTENTION_FORCE_BUILD=TRUE pip install flash-attn=={fa} --no-build-isolation"
+
+
+def test_unknown_python_leaves_a_placeholder(rel) -> None:  # type: ignore[no-untyped-def]
+    choice = choose_wheel(rel, "2.6.3", _t("2.4.1", "12.4", False, None))
+    assert choice.available and "cp{XY}" in (choice.filename or "")
+    assert any("3.8, 3.9, 3.10, 3.11, 3.12" in n for n in choice.notes)
+    assert choice.pip_command == choice.build  # no copy-paste URL with a placeholder in it
+
+
+def test_target_from_facts_fills_in_the_pypi_build() -> None:
+    facts = Facts(packages={"torch": "2.4.1"}, torch=TorchInfo(version="2.4.1"), python=PythonInfo(version="3.10.14"))
+    t = wheel_target(facts)
+    assert t is not None and (t.cuda, t.cxx11_abi, t.python) == ("12.1", False, "3.10")
+    assert t.assumed, "what was assumed is said"
+    moved = wheel_target(Facts(torch=TorchInfo(version="2.4.1", cuda="12.4", cxx11_abi=False)), "2.7.1")
+    assert moved is not None and (moved.cuda, moved.cxx11_abi) == ("12.6", True)
+    probed = wheel_target(Facts(torch=TorchInfo(version="2.4.1+cu124", cuda="12.4", cxx11_abi=True)))
+    assert probed is not None and (probed.cuda, probed.cxx11_abi, probed.assumed) == ("12.4", True, ())
+    cpu = wheel_target(Facts(torch=TorchInfo(version="2.13.0+cpu")))
+    assert cpu is not None and cpu.cuda is None
