@@ -87,6 +87,23 @@ class CaseSpec:
         return d
 
 
+# The grammar of case ids as a regular expression (docs/kernels.md explains each segment).
+CASE_ID_PATTERN = (
+    r"^(?P<backend>[a-z_]+\.[a-z0-9_]+)/(?P<dtype>fp16|bf16|fp32|fp8)"
+    r"/hd(?P<hd_qk>\d+)(?:-(?P<hd_v>\d+))?"
+    r"(?:/gqa(?P<gqa_q>\d+)-(?P<gqa_kv>\d+)|/h(?P<heads>\d+))?"
+    r"(?:/s(?P<seq>\d+)|/sq(?P<seq_q>\d+)-skv(?P<seq_kv>\d+))?"
+    r"(?:/b(?P<batch>\d+))?"
+    r"/(?P<mask>no_mask|causal|causal_bottom_right)"
+    r"(?:/window(?P<window>(?:\d+|inf)-(?:\d+|inf)))?"
+    r"(?:/softcap(?P<softcap>[0-9.e+-]+))?"
+    r"(?:/dropout(?P<dropout>[0-9.e+-]+))?"
+    r"(?:/(?P<layout>strided-qkv|varlen|kvcache))?"
+    r"(?P<bench>/bench)?"
+    r"/(?P<direction>fwd|fwdbwd)$"
+)
+
+
 def _num(x: float) -> str:
     return f"{x:g}"
 
@@ -144,6 +161,13 @@ def make_case(backend: str, *, purpose: str = "", shape: Optional[str] = None,
                   window=spec.window, softcap=spec.softcap, dropout=spec.dropout,
                   layout=spec.layout, bench=spec.bench, direction=spec.direction)
     return replace(spec, id=cid, purpose=purpose, shape=shape, judge=judge, timeout_s=timeout_s)
+
+
+def matches(case_id: str, patterns: Iterable[str]) -> bool:
+    """Whether a case id matches any glob (fnmatch: `*` also spans `/`), as rules use them."""
+    from fnmatch import fnmatchcase
+
+    return any(fnmatchcase(case_id, p) for p in patterns)
 
 
 def not_expressible(spec: CaseSpec) -> Optional[str]:
@@ -304,7 +328,7 @@ def _workload_cases(add: Any, w: Workload, backends: Sequence[str]) -> None:
         judged = dict(dims)
         if dims["window"] is not None and sq != w.seq_len_q:
             # keep the window active at the capped length: scale it like the sequence
-            judged["window"] = tuple(x if x < 0 else max(1, x * sq // w.seq_len_q)
+            judged["window"] = tuple(x if x <= 0 else max(1, x * sq // w.seq_len_q)
                                      for x in dims["window"])
         add(make_case(b, batch=1, seq_q=sq, seq_kv=skv, shape=shape,
                       purpose="workload shape: correctness (length capped)", **judged))
@@ -560,7 +584,14 @@ def run_cases(cases: Sequence[CaseSpec], *, python: str = sys.executable,
 
     with tempfile.TemporaryDirectory(prefix="attn-doctor-") as tmp:
         while pending:
-            w = _Worker(python, pending, device, env, Path(tmp) / f"worker{workers}.stderr")
+            try:
+                w = _Worker(python, pending, device, env, Path(tmp) / f"worker{workers}.stderr")
+            except OSError as exc:
+                for c in pending:
+                    record(c, "skipped", f"kernel worker could not be started with {python}: "
+                           f"{exc}")
+                pending.clear()
+                break
             workers += 1
             by_id = {c.id: c for c in pending}
             current: Optional[CaseSpec] = None
@@ -793,11 +824,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--python", default=sys.executable, help="interpreter for the worker")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per case")
     ap.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
+    ap.add_argument("--only", action="append", default=[],
+                    help="keep only cases whose id matches this glob (repeatable)")
     args = ap.parse_args(argv)
     installed = (set(args.backends.split(",")) if args.backends else installed_backends())
     workload = _load_workload(args.workload) if args.workload else None
     cases = plan_cases(workload, installed, suite=args.suite)
-    plan = {"suite": args.suite, "workload": asdict(workload) if workload else None,
+    if args.only:
+        cases = [c for c in cases if matches(c.id, args.only)]
+    plan = {"suite": args.suite, "only": args.only, "workload": asdict(workload) if workload else None,
             "installed": sorted(installed)}
     out = Path(args.out)
     run = run_cases(cases, python=args.python, timeout_s=args.timeout, device=args.device,

@@ -111,11 +111,51 @@ def _sdpa(spec: Mapping[str, Any], inp: Inputs, device: torch.device) -> Fn:
         kwargs["is_causal"] = True
 
     def fn() -> torch.Tensor:
-        with sdpa_kernel([backend]):
-            o = F.scaled_dot_product_attention(q, k, v, **kwargs)
+        try:
+            with sdpa_kernel([backend]):
+                o = F.scaled_dot_product_attention(q, k, v, **kwargs)
+        except RuntimeError as exc:
+            if "No available kernel" not in str(exc):
+                raise
+            why = _sdpa_reasons(spec["backend"], q, k, v, kwargs)
+            raise RuntimeError(f"{str(exc).strip()}{' | ' + why if why else ''}") from exc
         return o.transpose(1, 2)
 
     return fn
+
+
+def _sdpa_reasons(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  kwargs: Mapping[str, Any]) -> str:
+    """Ask torch why a forced SDPA backend refused (can_use_*(debug=True) warns the first
+    failing check); the refusal itself only says 'No available kernel'."""
+    import warnings
+
+    cuda = torch.backends.cuda
+    check = {"sdpa.flash": "can_use_flash_attention",
+             "sdpa.efficient": "can_use_efficient_attention",
+             "sdpa.cudnn": "can_use_cudnn_attention"}.get(backend)
+    if check is None or not hasattr(cuda, check) or not hasattr(cuda, "SDPAParams"):
+        return ""
+    mask = kwargs.get("attn_mask")
+    if mask is not None and not isinstance(mask, torch.Tensor):
+        mask = None  # CausalBias: the dense checks below still name head-dim/dtype limits
+    args = (q, k, v, mask, float(kwargs.get("dropout_p", 0.0)), bool(kwargs.get("is_causal")))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            try:
+                params = cuda.SDPAParams(*args, bool(kwargs.get("enable_gqa", False)))
+            except TypeError:  # torch < 2.5: no enable_gqa
+                params = cuda.SDPAParams(*args)
+            getattr(cuda, check)(params, True)
+        except Exception as exc:  # the probe is best effort
+            return f"({check} failed: {exc})"
+    msgs = []
+    for w in caught:
+        m = str(w.message).split("(Triggered internally")[0].strip()
+        if m and m not in msgs:
+            msgs.append(m)
+    return " ".join(msgs)
 
 
 # --------------------------------------------------------------------------- flex_attention
@@ -204,9 +244,11 @@ def _flash_attn(spec: Mapping[str, Any], inp: Inputs, device: torch.device) -> F
         q, k, v = (t.detach().to(fp8) for t in (q, k, v))
 
     if layout == "varlen":
-        cu, m = inp.cu_seqlens, inp.max_seqlen
+        # by keyword: FA4 puts `qv` where FA2/FA3 take cu_seqlens_q
+        kw.update(cu_seqlens_q=inp.cu_seqlens, cu_seqlens_k=inp.cu_seqlens,
+                  max_seqlen_q=inp.max_seqlen, max_seqlen_k=inp.max_seqlen)
         f = mod.flash_attn_varlen_func
-        return lambda: _first(f(q, k, v, cu, cu, m, m, **kw))
+        return lambda: _first(f(q, k, v, **kw))
     if layout == "kvcache":
         if not hasattr(mod, "flash_attn_with_kvcache"):
             raise Unsupported(f"{backend} has no flash_attn_with_kvcache")
