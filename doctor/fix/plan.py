@@ -517,12 +517,18 @@ class _Planner:
         torch_moved = int("torch" in merged.pins and _v(merged.pins["torch"]).base_version != _v(self.torch0 or "0").base_version)
         changed = [n for n, v in merged.pins.items() if self.installed.get(n) != v and not (n == "torch" and not torch_moved)]
         builds = 0
-        if "flash-attn" in merged.pins:
+        new_line = torch_moved and _mm(merged.pins["torch"]) != _mm(self.torch0)
+        fa = merged.pins.get("flash-attn") or (self.installed.get("flash-attn") if new_line else None)
+        if fa:
+            if new_line and "flash-attn" not in changed:
+                changed.append("flash-attn")  # reinstalled for the new torch either way
             target = wheel_target(self.facts, merged.pins.get("torch"))
-            if target is not None and not choose_wheel(self.rel, merged.pins["flash-attn"], target).available:
+            if target is not None and not choose_wheel(self.rel, _v(fa).public, target).available:
                 builds = 1
         dist = 0
         for n in changed:
+            if n not in merged.pins:
+                continue
             current = self.installed.get(n)
             if current is None and n.startswith("nvidia-cudnn-cu"):
                 current = self.facts.cudnn.version

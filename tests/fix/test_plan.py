@@ -1,0 +1,127 @@
+"""Planner behaviour on small hand-written rule catalogues: candidates that trigger other rules
+are discarded, torch moves only when it must (and takes flash-attn with it), pins respect
+Python and the CUDA major, and package requirements come along."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any, Dict
+
+from doctor.fix.plan import distance, plan_fixes
+from doctor.rules.cases import case_inputs
+from doctor.rules.loader import Catalogue, load_catalogue
+
+
+def _catalogue(tmp_path: Path, text: str) -> Catalogue:
+    (tmp_path / "rules.yaml").write_text(textwrap.dedent(text), encoding="utf-8")
+    return load_catalogue([tmp_path], builtin=False, use_cache=False)
+
+
+HEAD = """
+rules:
+"""
+
+
+def _rule(rid: str, when: str, fixes: str, fires: str, passes: str, severity: str = "error") -> str:
+    return f"""
+  - id: {rid}
+    severity: {severity}
+    area: test
+    title: {rid}
+    message: {rid} fires
+    when: {when}
+    fixes: {fixes}
+    sources: [https://github.com/example/example/issues/1]
+    tests:
+      fires: [{fires}]
+      passes: [{passes}]
+"""
+
+
+def test_a_candidate_that_triggers_another_rule_is_discarded(tmp_path: Path, rel) -> None:  # type: ignore[no-untyped-def]
+    cat = _catalogue(
+        tmp_path,
+        HEAD
+        + _rule("NEW-FA", '{package: flash-attn, version: ">=2.6"}', '[{description: pin below 2.6, pins: ["flash-attn==2.5.8"]}]',
+                '{packages: {flash-attn: "2.6.3"}}', '{packages: {flash-attn: "2.5.6"}}')
+        + _rule("BAD-258", '{package: flash-attn, version: ">=2.5.8,<2.6"}', "[]",
+                '{packages: {flash-attn: "2.5.8"}}', '{packages: {flash-attn: "2.5.6"}}'),
+    )
+    facts, workload = case_inputs({"packages": {"flash-attn": "2.6.3", "torch": "2.4.1"}, "python": {"version": "3.10.1"}})
+    plan = plan_fixes(rel, cat, facts, workload)
+    assert plan.pins == ("flash-attn==2.5.7",), "2.5.9.post1 and 2.5.8 clear NEW-FA but fire BAD-258"
+    assert plan.cleared == ("NEW-FA",) and not plan.new_findings
+    rejected = [a for a in plan.alternatives if "flash-attn==2.5.8" in a.pins]
+    assert rejected and "also triggers BAD-258" in rejected[0].why
+
+
+CUDNN_RULE = _rule(
+    "OLD-CUDNN", '{fact: cudnn.version, lt: "9.5"}', '[{description: move torch, pins: ["torch==2.7.1"], cost: a torch upgrade}]',
+    '{packages: {torch: "2.4.1"}, cudnn: {version: "9.1.0"}}', '{packages: {torch: "2.7.1"}, cudnn: {version: "9.5.1"}}',
+)
+
+
+def test_torch_moves_only_when_it_must_and_flash_attn_follows(tmp_path: Path, rel) -> None:  # type: ignore[no-untyped-def]
+    cat = _catalogue(tmp_path, HEAD + CUDNN_RULE)
+    case: Dict[str, Any] = {
+        "packages": {"torch": "2.4.1", "flash-attn": "2.6.3"},
+        "torch": {"version": "2.4.1", "cuda": "12.1", "cxx11_abi": False},
+        "cudnn": {"version": "9.1.0"},
+        "python": {"version": "3.10.14"},
+    }
+    facts, workload = case_inputs(case)
+    plan = plan_fixes(rel, cat, facts, workload)
+    assert plan.pins == ("torch==2.7.1", "flash-attn==2.8.0.post2")
+    assert plan.torch_reason and "torch 2.4.1 -> 2.7.1" in plan.torch_reason and "OLD-CUDNN" in plan.torch_reason
+    assert any(c.origin == "companion" and "no wheel for torch 2.7" in c.description for c in plan.changes)
+    (wheel,) = plan.wheels
+    assert wheel.filename == "flash_attn-2.8.0.post2+cu12torch2.7cxx11abiTRUE-cp310-cp310-linux_x86_64.whl"
+    assert plan.steps[0].command == 'pip install "torch==2.7.1"'
+
+
+def test_pins_respect_the_python_version(tmp_path: Path, rel) -> None:  # type: ignore[no-untyped-def]
+    cat = _catalogue(tmp_path, HEAD + CUDNN_RULE)
+    facts, workload = case_inputs({"packages": {"torch": "2.4.1"}, "cudnn": {"version": "9.1.0"}, "python": {"version": "3.8.18"}})
+    plan = plan_fixes(rel, cat, facts, workload)
+    assert plan.pins == () and plan.unresolved == ("OLD-CUDNN",)
+    assert any("torch==2.7.1 does not install on Python 3.8" in n for n in plan.notes)
+
+
+def test_cudnn_wheel_follows_torch_cuda_major_and_conflicts_are_flagged(tmp_path: Path, rel) -> None:  # type: ignore[no-untyped-def]
+    cat = _catalogue(
+        tmp_path,
+        HEAD
+        + _rule("CUDNN-9-21", '{fact: cudnn.version, lt: "9.21"}', '[{description: newer cuDNN, pins: ["nvidia-cudnn-cu12==9.21.0.82"]}]',
+                '{packages: {torch: "2.11.0"}, cudnn: {version: "9.19.0"}}', '{packages: {torch: "2.11.0"}, cudnn: {version: "9.21.0"}}'),
+    )
+    facts, workload = case_inputs({"packages": {"torch": "2.11.0", "nvidia-cudnn-cu13": "9.19.0.56"}, "torch": {"version": "2.11.0", "cuda": "13.0"}, "cudnn": {"version": "9.19.0"}})
+    plan = plan_fixes(rel, cat, facts, workload)
+    assert plan.pins == ("nvidia-cudnn-cu13==9.21.0.82",), "torch 2.11 is a CUDA 13 build"
+    assert any("becomes nvidia-cudnn-cu13==9.21.0.82" in n for n in plan.notes)
+    assert plan.conflicts and "torch 2.11.0 requires nvidia-cudnn-cu13==9.19.0.56" in plan.conflicts[0]
+    torch_alt = plan.alternatives[0]
+    assert torch_alt.pins and torch_alt.pins[0].startswith("torch==") and "pip installs it without complaint" in torch_alt.why
+
+
+def test_requirements_of_a_release_come_with_it(cat, rel) -> None:  # type: ignore[no-untyped-def]
+    facts, workload = case_inputs(
+        {"packages": {"xtuner": "0.1.23", "transformers": "4.44.2", "flash-attn": "2.6.3"}, "python": {"version": "3.10.14"}, "workload": {"varlen": False}}
+    )
+    plan = plan_fixes(rel, cat, facts, workload)
+    assert plan.pins == ("transformers==4.42.4",)
+    moves = [a.pins for a in plan.alternatives if any(p.startswith("xtuner==") for p in a.pins)]
+    assert moves and all("transformers==4.48.0" in pins for pins in moves), "xtuner 0.2.0 pins transformers==4.48.0"
+
+
+def test_no_findings_no_plan(cat, rel) -> None:  # type: ignore[no-untyped-def]
+    facts, workload = case_inputs({"packages": {"torch": "2.7.1"}, "gpu": "8.0"})
+    plan = plan_fixes(rel, cat, facts, workload)
+    assert plan.targets == () and plan.pins == () and not plan.unresolved and plan.verified
+
+
+def test_distance_weighs_major_over_minor_over_patch() -> None:
+    order = ["2.5.8", "2.5.9.post1", "2.6.0.post1", "2.6.1", "2.6.2", "2.6.3"]
+    assert distance("2.6.3", "2.5.9.post1", order) < distance("2.6.3", "2.5.8", order)
+    assert distance("2.6.3", "2.5.8", order) < distance("1.13.0", "2.1.0")
+    assert distance("2.6.3", "2.6.1", order) < distance("2.6.3", "2.5.9.post1", order)
