@@ -1,0 +1,123 @@
+"""The shipped release catalogue is consistent, and `releases refresh` merges what the index
+says without losing curated fields (fakes stand in for pip and the JSON API)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, List, Sequence, Tuple
+
+import pytest
+
+from doctor.fix.catalogue import IndexUnreachable, python_spec, refresh, via_json
+from doctor.releases import CATALOGUE_PACKAGES
+from doctor.resources import rules_dir
+from doctor.rules.conditions import parse_version
+
+RELEASES = rules_dir() / "releases"
+
+
+def test_every_file_says_where_and_when(rel) -> None:  # type: ignore[no-untyped-def]
+    for name in CATALOGUE_PACKAGES + ("flash-attn-wheels",):
+        doc = json.loads((RELEASES / f"{name}.json").read_text(encoding="utf-8"))
+        assert doc.get("source") and doc.get("retrieved"), name
+    assert rel.retrieved == "2026-11-21"
+
+
+def test_torch_rows_pin_cudnn_wheels_that_exist(rel) -> None:  # type: ignore[no-untyped-def]
+    for row in rel.torch:
+        assert rel.exists("torch", row.version)
+        assert row.cudnn_dist and rel.exists(row.cudnn_dist, row.cudnn), (row.version, row.cudnn_dist, row.cudnn)
+        assert row.cudnn_dist == f"nvidia-cudnn-cu{row.cuda.split('.')[0]}"
+        assert row.cxx11_abi == (parse_version(row.version) >= parse_version("2.7")), "pip wheels use the CXX11 ABI from 2.7"
+
+
+def test_flash_attn_wheel_matrix_covers_real_releases(rel) -> None:  # type: ignore[no-untyped-def]
+    for version in rel.flash_attn_wheels:
+        assert rel.exists("flash-attn", version), version
+    assert {b.torch for b in rel.flash_attn_wheels["2.8.3"]} == {"2.4", "2.5", "2.6", "2.7", "2.8"}
+
+
+def test_python_spec() -> None:
+    assert python_spec(["3.8", "3.9", "3.10"]) == "<3.11"
+    assert python_spec(["3.11", "3.12", "3.13", "3.14"]) == ">=3.11"
+    assert python_spec(["3.9", "3.11"]) == ">=3.9,<3.12,!=3.10.*"
+    assert python_spec(["3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "3.14"]) is None
+
+
+def _fake_pip(lists: dict):  # type: ignore[no-untyped-def]
+    calls: List[Sequence[str]] = []
+
+    def run(argv: Sequence[str]) -> Tuple[int, str, str]:
+        calls.append(argv)
+        name = argv[5]
+        py = argv[argv.index("--python-version") + 1] if "--python-version" in argv else "any"
+        versions = lists.get((name, py), lists.get((name, "any")))
+        if versions is None:
+            return 1, "", "ERROR: No matching distribution found"
+        return 0, f"{name} ({versions[0]})\nAvailable versions: {', '.join(versions)}\n", ""
+
+    return run, calls
+
+
+def test_refresh_with_pip_keeps_curated_fields(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "xtuner.json").write_text(json.dumps({"about": "curated", "releases": [{"version": "0.1.23", "requires": {"transformers": ">=4.36"}}]}), encoding="utf-8")
+    lists = {("xtuner", py): (["0.3.0", "0.2.0", "0.1.23"] if py in ("3.8", "3.9", "3.10") else ["0.3.0", "0.2.0"]) for py in ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "3.14")}
+    runner, calls = _fake_pip(lists)
+    out = tmp_path / "out"
+    result = refresh(src, output=out, packages=["xtuner"], method="pip", runner=runner, today="2027-01-02")
+    assert result.method == "pip" and result.added["xtuner"] == ("0.2.0", "0.3.0")
+    doc = json.loads((out / "xtuner.json").read_text(encoding="utf-8"))
+    assert doc["about"] == "curated" and doc["retrieved"] == "2027-01-02"
+    rows = {r["version"]: r for r in doc["releases"]}
+    assert rows["0.1.23"] == {"version": "0.1.23", "requires": {"transformers": ">=4.36"}, "python": "<3.11"}
+    assert list(rows) == ["0.1.23", "0.2.0", "0.3.0"]
+    assert len(calls) == 7
+    assert json.loads((src / "xtuner.json").read_text(encoding="utf-8"))["about"] == "curated", "--output leaves the source alone"
+
+
+def test_refresh_writes_nothing_when_one_package_fails(tmp_path: Path) -> None:
+    runner, _ = _fake_pip({("nvidia-cudnn-cu12", "any"): ["9.3.0.75"]})
+    with pytest.raises(IndexUnreachable):
+        refresh(tmp_path, packages=["nvidia-cudnn-cu12", "xtuner"], method="pip", runner=runner)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_json_api_reads_python_and_new_torch_bundles() -> None:
+    def fetch(url: str) -> Any:
+        if url.endswith("/pypi/torch/json"):
+            return {
+                "releases": {
+                    "2.7.1": [{"filename": "torch-2.7.1-cp310-cp310-manylinux_2_28_x86_64.whl", "requires_python": ">=3.9.0"}],
+                    "2.16.0": [
+                        {"filename": "torch-2.16.0-cp311-cp311-manylinux_2_28_x86_64.whl", "requires_python": ">=3.11"},
+                        {"filename": "torch-2.16.0-cp312-cp312-manylinux_2_28_x86_64.whl", "requires_python": ">=3.11"},
+                    ],
+                    "2.16.1": [{"filename": "torch-2.16.1.tar.gz", "yanked": True}],
+                }
+            }
+        if url.endswith("/pypi/torch/2.16.0/json"):
+            return {"info": {"requires_dist": [
+                'cuda-toolkit[cublas]==13.2.3; platform_system == "Linux"',
+                'nvidia-cudnn-cu13==9.30.0.1; platform_system == "Linux"',
+                'nvidia-nccl-cu13==2.31.1; platform_system == "Linux"',
+                "triton~=3.10.0",
+            ]}}
+        raise OSError("unexpected " + url)
+
+    found = via_json("torch", "https://pypi.example", fetch, known_torch=["2.7.1"])
+    assert [v for v, _ in found.releases] == ["2.7.1", "2.16.0"]
+    (row,) = found.torch_rows
+    assert row["version"] == "2.16.0" and row["cuda"] == "13.2" and row["cudnn_dist"] == "nvidia-cudnn-cu13" and row["cudnn"] == "9.30.0.1"
+    assert row["cxx11_abi"] is True
+
+
+def test_json_api_unreachable() -> None:
+    def fetch(url: str) -> Any:
+        raise OSError("connection refused")
+
+    with pytest.raises(IndexUnreachable) as exc:
+        via_json("xtuner", "https://pypi.example", fetch)
+    assert "https://pypi.example/pypi/xtuner/json: connection refused" in exc.value.one_line()
