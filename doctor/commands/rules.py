@@ -89,7 +89,11 @@ def lint_rules(
     from doctor.rules.evaluate import diagnose
     from doctor.rules.loader import load_catalogue
 
-    cat = load_catalogue(paths or [], builtin=True, use_cache=False)
+    from doctor.resources import rules_dir
+
+    builtin = rules_dir().resolve()
+    extra = [p for p in (paths or []) if builtin not in (Path(p).resolve(), *Path(p).resolve().parents)]
+    cat = load_catalogue(extra, builtin=True, use_cache=False)
     own = {str(p) for p in (paths or [])}
     failures = []
     checked = 0

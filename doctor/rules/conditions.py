@@ -125,7 +125,9 @@ def version_matches(version: str, spec: str) -> bool:
     v = parse_version(version)
     if v is None:
         return False
-    public = Version(v.base_version)
+    # Drop the local label; an NGC-style pre-release with a local label (2.3.0a0+6ddf5cf.nv24.04)
+    # is that release as shipped, so compare it as 2.3.0. Post releases (2.7.4.post1) stay.
+    public = Version(v.base_version) if (v.local and v.is_prerelease) else Version(v.public)
     return parse_spec(spec).contains(public, prereleases=True)
 
 
@@ -170,6 +172,7 @@ OPERATORS: Dict[str, Callable[[Any, Any], bool]] = {
     "version": lambda a, b: a is not None and version_matches(str(a), b),
     "matches": lambda a, b: a is not None and re.search(b, str(a)) is not None,
     "is_set": lambda a, b: (a is not None and a != "") == b,
+    "multiple_of": lambda a, b: isinstance(a, int) and not isinstance(a, bool) and b != 0 and a % int(b) == 0,
 }
 
 
@@ -197,11 +200,13 @@ class Context:
         workload: Workload,
         backends: Optional[Mapping[str, BackendStatus]] = None,
         selections: Optional[Mapping[str, Optional[str]]] = None,
+        has_backend: Optional[Mapping[str, Optional[bool]]] = None,
     ) -> None:
         self.facts = facts
         self.workload = workload
         self.backends: Mapping[str, BackendStatus] = backends or {}
         self.selections: Mapping[str, Optional[str]] = selections or {}
+        self.has_backend: Mapping[str, Optional[bool]] = has_backend or {}
         self._cache: Dict[str, Value] = {}
 
     def value(self, path: str) -> Value:
@@ -263,10 +268,11 @@ def evaluate(cond: Mapping[str, Any], ctx: Context) -> Outcome:
         statuses = [b for b in ctx.backends.values() if b.framework == fw]
         undecided = any(b.available is None for b in statuses)
         if "has_backend" in cond:
-            if sel is None and undecided:
+            has = ctx.has_backend.get(fw)
+            if has is None:
                 reasons = tuple(r for b in statuses if b.available is None for r in b.reasons)
                 return Outcome(None, reasons)
-            if (sel is not None) != cond["has_backend"]:
+            if has != cond["has_backend"]:
                 return FALSE
         if "selects" in cond:
             if sel is None and undecided:

@@ -76,7 +76,9 @@ def render(template: str, ctx: Context) -> str:
     return _PLACEHOLDER.sub(sub, template)
 
 
-def _backends(cat: Catalogue, facts: Facts, workload: Workload) -> Tuple[Dict[str, BackendStatus], Dict[str, Optional[str]]]:
+def _backends(
+    cat: Catalogue, facts: Facts, workload: Workload
+) -> Tuple[Dict[str, BackendStatus], Dict[str, Optional[str]], Dict[str, Optional[bool]]]:
     ctx = Context(facts, workload)
     by_backend: Dict[str, List[Rule]] = {}
     for r in cat.rules:
@@ -84,6 +86,7 @@ def _backends(cat: Catalogue, facts: Facts, workload: Workload) -> Tuple[Dict[st
             by_backend.setdefault(r.disables, []).append(r)
     statuses: Dict[str, BackendStatus] = {}
     selections: Dict[str, Optional[str]] = {}
+    has_backend: Dict[str, Optional[bool]] = {}
     for fw in cat.frameworks:
         fw_in = evaluate(fw.installed, ctx)
         if fw_in.value is False:
@@ -125,16 +128,24 @@ def _backends(cat: Catalogue, facts: Facts, workload: Workload) -> Tuple[Dict[st
             if sel.when is None or evaluate(sel.when, ctx).value is True:
                 order = sel.order
                 break
-        chosen = next((bid for bid in order if statuses[bid].available is True), None)
+        chosen = None
+        for bid in order:  # an undecided backend ahead of the first available one: undecided
+            if statuses[bid].available is None:
+                break
+            if statuses[bid].available:
+                chosen = bid
+                break
         selections[fw.id] = chosen
+        states = [statuses[bid].available for bid in order]
+        has_backend[fw.id] = True if any(states) else (None if None in states else False)
         if chosen:
             statuses[chosen] = replace(statuses[chosen], selected=True)
-    return statuses, selections
+    return statuses, selections, has_backend
 
 
 def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
-    statuses, selections = _backends(cat, facts, workload)
-    ctx = Context(facts, workload, statuses, selections)
+    statuses, selections, has_backend = _backends(cat, facts, workload)
+    ctx = Context(facts, workload, statuses, selections, has_backend)
     findings: List[Finding] = []
     results: List[RuleResult] = []
     for rule in cat.rules:

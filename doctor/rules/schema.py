@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge", "in", "not_in", "version", "matches", "is_set")
+COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge", "in", "not_in", "version", "matches", "is_set", "multiple_of")
 
 _scalar: Dict[str, Any] = {"type": ["string", "number", "boolean", "null"]}
 _compare_props: Dict[str, Any] = {
@@ -25,6 +25,7 @@ _compare_props: Dict[str, Any] = {
     "version": {"type": "string", "minLength": 1},
     "matches": {"type": "string", "minLength": 1},
     "is_set": {"type": "boolean"},
+    "multiple_of": {"type": "integer", "minimum": 1},
 }
 
 

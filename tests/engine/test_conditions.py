@@ -57,3 +57,15 @@ def test_workload_derived_facts() -> None:
     c = ctx({}, head_dim_qk=192, head_dim_v=128, num_heads=16, num_kv_heads=1, context_parallel={"size": 2, "comm_type": "all_gather"})
     assert evaluate({"all": [{"fact": "workload.mla", "eq": True}, {"fact": "workload.gqa", "eq": True}, {"fact": "workload.head_dim_max", "eq": 192}, {"fact": "workload.cp_comm_type", "eq": "all_gather"}]}, c).value is True
     assert evaluate({"fact": "workload.cp_comm_type", "eq": "p2p"}, ctx({})).value is False  # no CP: comm type is None
+
+
+def test_post_releases_match_exactly() -> None:
+    assert version_matches("2.7.4.post1", "==2.7.4.post1")
+    assert not version_matches("2.7.4.post1", "<=2.7.4")
+    assert version_matches("2.7.4.post1+cu12torch2.6cxx11abiTRUE", "==2.7.4.post1")
+
+
+def test_multiple_of() -> None:
+    c = ctx({}, head_dim=72, seq_len=4096)
+    assert evaluate({"fact": "workload.head_dim_qk", "multiple_of": 8}, c).value is True
+    assert evaluate({"fact": "workload.seq_len_q", "multiple_of": 3}, c).value is False

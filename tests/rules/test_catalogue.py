@@ -50,3 +50,26 @@ def test_every_finding_error_has_a_fix() -> None:
     for rule in CAT.rules:
         if rule.severity == "error":
             assert rule.fixes, f"{rule.id} is an error without a fix"
+
+
+def test_every_pin_names_a_release_that_exists() -> None:
+    import json
+
+    from doctor.resources import rules_dir
+    from doctor.rules.conditions import normalize_dist
+
+    known = {}
+    for f in (rules_dir() / "releases").glob("*.json"):
+        doc = json.loads(f.read_text())
+        if isinstance(doc.get("releases"), list) and doc.get("package"):
+            known[normalize_dist(doc["package"])] = {r["version"] for r in doc["releases"]}
+        if isinstance(doc.get("torch"), list):
+            known.setdefault("torch", set()).update(r["version"] for r in doc["torch"])
+    assert {"flash-attn", "transformer-engine", "transformers", "nvidia-cudnn-cu12", "torch"} <= set(known)
+    for rule in CAT.rules:
+        for fix in rule.fixes:
+            for pin in fix.pins:
+                name, _, version = pin.partition("==")
+                name = normalize_dist(name.split("[")[0])
+                if name in known:
+                    assert version in known[name], f"{rule.id}: {pin} is not a published release"
