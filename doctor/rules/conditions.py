@@ -74,6 +74,8 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
             return _unknown(path, facts, f"import of {name} was not tried")
         return Value(True, getattr(st, attr))
     if head == "gpu":
+        if facts.gpus == () and rest == "count":
+            return Value(True, 0)  # probed, and there is no GPU
         if not facts.gpus:
             why = "no GPU found" if facts.gpus == () else "GPUs were not probed"
             return _unknown(path, facts, why)

@@ -174,7 +174,12 @@ def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
                 message=render(rule.message, ctx),
                 status=status,
                 fixes=tuple(
-                    replace(f, description=render(f.description, ctx), cost=render(f.cost, ctx) if f.cost else None)
+                    replace(
+                        f,
+                        description=render(f.description, ctx),
+                        cost=render(f.cost, ctx) if f.cost else None,
+                        config=tuple(render(c, ctx) for c in f.config),
+                    )
                     for f in rule.fixes
                 ),
                 sources=rule.sources,
@@ -208,16 +213,28 @@ def apply_fix(facts: Facts, workload: Workload, fix: Fix, workload_changes: Opti
     return facts, workload
 
 
-def fix_clears(cat: Catalogue, facts: Facts, workload: Workload, rule_id: str, fix: Fix, workload_changes: Optional[dict] = None) -> Tuple[bool, Tuple[str, ...]]:
+def _errors(d: Diagnosis) -> set:
+    return {f.rule_id for f in d.findings if f.status == "fired" and f.severity == "error"}
+
+
+def fix_clears(
+    cat: Catalogue,
+    facts: Facts,
+    workload: Workload,
+    rule_id: str,
+    fix: Fix,
+    workload_changes: Optional[dict] = None,
+    before: Optional[Diagnosis] = None,
+) -> Tuple[bool, Tuple[str, ...]]:
     """Does applying `fix` clear `rule_id` without firing a new error? Returns (ok, new errors)."""
-    before = {f.rule_id for f in diagnose(cat, facts, workload).findings if f.status == "fired" and f.severity == "error"}
+    before_errors = _errors(before or diagnose(cat, facts, workload))
     f2, w2 = apply_fix(facts, workload, fix, workload_changes)
     after = diagnose(cat, f2, w2)
-    fired = {f.rule_id for f in after.findings if f.status == "fired"}
     new_errors = tuple(
-        sorted(f.rule_id for f in after.findings if f.status == "fired" and f.severity == "error" and f.rule_id not in before)
+        sorted(f.rule_id for f in after.findings if f.status == "fired" and f.severity == "error" and f.rule_id not in before_errors)
     )
-    return rule_id not in fired and not new_errors, new_errors
+    # "cleared" means evaluated and false: a fix that only makes the rule undecidable is no fix
+    return after.result(rule_id).status == "passed" and not new_errors, new_errors
 
 
 def verified_fixes(cat: Catalogue, facts: Facts, workload: Workload, diagnosis: Diagnosis) -> Tuple[Finding, ...]:
@@ -233,7 +250,7 @@ def verified_fixes(cat: Catalogue, facts: Facts, workload: Workload, diagnosis: 
             if not (raw.pins or raw.env or wl):
                 kept.append(fix)  # advice we cannot re-check (e.g. a code change): keep, unverified
                 continue
-            ok, _ = fix_clears(cat, facts, workload, finding.rule_id, raw, wl)
+            ok, _ = fix_clears(cat, facts, workload, finding.rule_id, raw, wl, before=diagnosis)
             if ok:
                 kept.append(replace(fix, verified=True))
         out.append(replace(finding, fixes=tuple(kept)))
