@@ -253,7 +253,8 @@ class _Planner:
                 self.notes.append(f"{rule_id}: {text} becomes {want}=={newer[0]} to match torch's CUDA major")
                 name, version = want, newer[0]
         if name == "torch":
-            if self.rel.torch_row(version) is None:
+            known = torch_bundle(version)
+            if self.rel.torch_row(version) is None or known is None or known.version != version:
                 self.notes.append(f"{rule_id}: torch=={version} is not in the torch table (its CUDA and cuDNN are unknown); not pinned")
                 return None
         elif not self.rel.knows(name):
@@ -410,7 +411,15 @@ class _Planner:
         return self.by_rule[rule_id]
 
     def _generate_torch(self, rule: Rule, ways: Set[str]) -> None:
-        rows = [r for r in self.rel.torch if _v(r.version).base_version != _v(self.torch0 or "0").base_version]
+        # Only torch releases the what-if (doctor.assume) also knows, so that a plan and
+        # `check --assume torch==X` agree on the CUDA and cuDNN it brings.
+        rows = [
+            r
+            for r in self.rel.torch
+            if _v(r.version).base_version != _v(self.torch0 or "0").base_version
+            and (torch_bundle(r.version) or r).version == r.version
+            and torch_bundle(r.version) is not None
+        ]
         driver = self.facts.cuda.driver_cuda
         rows = [r for r in rows if self._python_ok("torch", r.version) and not (driver and r.cuda and _v(r.cuda) > _v(driver))]
         cur = _v(self.torch0 or "0")

@@ -125,3 +125,18 @@ def test_distance_weighs_major_over_minor_over_patch() -> None:
     assert distance("2.6.3", "2.5.9.post1", order) < distance("2.6.3", "2.5.8", order)
     assert distance("2.6.3", "2.5.8", order) < distance("1.13.0", "2.1.0")
     assert distance("2.6.3", "2.6.1", order) < distance("2.6.3", "2.5.9.post1", order)
+
+
+def test_a_pin_that_is_not_a_release_is_never_emitted(tmp_path: Path, rel) -> None:  # type: ignore[no-untyped-def]
+    """TransformerEngine 2.0 shipped on GitHub and NGC only: PyPI jumps from 1.13.0 to 2.1.0."""
+    cat = _catalogue(
+        tmp_path,
+        HEAD
+        + _rule("OLD-TE", '{package: transformer-engine, version: "<2.0"}', '[{description: upgrade TE, pins: ["transformer-engine==2.0.0"]}]',
+                '{packages: {transformer-engine: "1.13.0"}}', '{packages: {transformer-engine: "2.1.0"}}'),
+    )
+    facts, workload = case_inputs({"packages": {"transformer-engine": "1.13.0"}, "python": {"version": "3.10.14"}})
+    plan = plan_fixes(rel, cat, facts, workload)
+    assert plan.pins == ("transformer-engine==2.1.0",), "the nearest real release in the fix's direction"
+    assert any("transformer-engine==2.0.0 is not a release on PyPI" in n for n in plan.notes)
+    assert all("transformer-engine==2.0.0" not in a.pins for a in plan.alternatives)
