@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -23,6 +24,7 @@ from doctor.probe.sources import RunResult, Sources
 from doctor.probe.targets import IMPORT_DISTS, IMPORTS, TORCH_LOADED_FACTS as TORCH_FACTS
 
 MARKER = "@@attn-doctor@@ "
+_RUNTIME_IN_ERROR = re.compile(r"found runtime version \((\d+), (\d+), (\d+)\)")
 SCRIPT = Path(__file__).with_name("child_script.py")
 
 
@@ -44,8 +46,10 @@ class LoadedTorch:
     cuda_available: Optional[bool] = None
     device_count: Optional[int] = None
     arch_list: Optional[Tuple[str, ...]] = None
-    cudnn_version: Optional[str] = None  # 9.1.0
+    cudnn_version: Optional[str] = None  # torch.backends.cudnn.version(): 9.1.0
+    cudnn_runtime: Optional[str] = None  # cudnnGetVersion() of the libcudnn mapped in the child
     cudnn_path: Optional[str] = None
+    cudnn_error: Optional[str] = None  # torch refused the cuDNN it found (version incompatibility)
     cudart_path: Optional[str] = None
 
 
@@ -177,17 +181,35 @@ def _progress(records: Sequence[Mapping[str, Any]], res: Optional[RunResult], ti
     return _Progress(done, in_progress, stopped)
 
 
+def _cudnn(facts: Mapping[str, Any], unknown: Dict[str, str]) -> Tuple[Optional[str], Optional[str], Optional[str]]:
+    """(torch's cuDNN version, the mapped library's version, torch's refusal) from the child."""
+    torch_entry = facts.get("cudnn_version_int")
+    cudnn = runtime = error = None
+    if isinstance(torch_entry, Mapping) and "error" in torch_entry:
+        error = scrub(str(torch_entry["error"]))
+        unknown["torch.cudnn_version"] = f"torch.backends.cudnn.version() raised {error}"
+    else:
+        raw = _value(facts, "cudnn_version_int", unknown, "torch.cudnn_version", "torch.backends.cudnn.version()")
+        try:
+            cudnn = decode_cudnn_version(raw)
+        except (TypeError, ValueError):
+            unknown["torch.cudnn_version"] = f"unexpected cuDNN version {raw!r}"
+    try:
+        runtime = decode_cudnn_version(_plain(facts, "cudnn_runtime_int"))
+    except (TypeError, ValueError):
+        runtime = None
+    if runtime is None and error:
+        m = _RUNTIME_IN_ERROR.search(error)
+        runtime = ".".join(m.groups()) if m else None
+    if cudnn is None and runtime is None and "torch.cudnn_version" in unknown:
+        unknown["cudnn.loaded"] = unknown["torch.cudnn_version"]
+    return cudnn, runtime, error
+
+
 def _torch_facts(records: Sequence[Mapping[str, Any]], progress: _Progress, unknown: Dict[str, str]) -> LoadedTorch:
     facts = next((r for r in records if r.get("step") == "torch"), {}).get("facts") or {}
     cuda_rec = next((r for r in records if r.get("step") == "cuda"), None)
-    raw = _value(facts, "cudnn_version_int", unknown, "torch.cudnn_version", "torch.backends.cudnn.version()")
-    try:
-        cudnn = decode_cudnn_version(raw)
-    except (TypeError, ValueError):
-        unknown["torch.cudnn_version"] = f"unexpected cuDNN version {raw!r}"
-        cudnn = None
-    if "torch.cudnn_version" in unknown:
-        unknown["cudnn.loaded"] = unknown["torch.cudnn_version"]
+    cudnn, runtime, cudnn_error = _cudnn(facts, unknown)
     abi = _value(facts, "cxx11_abi", unknown, "torch.cxx11_abi", "torch._C._GLIBCXX_USE_CXX11_ABI")
     avail = count = arch = None
     if cuda_rec is None:
@@ -208,7 +230,9 @@ def _torch_facts(records: Sequence[Mapping[str, Any]], progress: _Progress, unkn
         device_count=count if isinstance(count, int) and not isinstance(count, bool) else None,
         arch_list=tuple(str(a) for a in arch) if isinstance(arch, list) else None,
         cudnn_version=cudnn,
+        cudnn_runtime=runtime,
         cudnn_path=_plain(facts, "cudnn_path"),
+        cudnn_error=cudnn_error,
         cudart_path=_plain(facts, "cudart_path"),
     )
 

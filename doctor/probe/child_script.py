@@ -37,6 +37,15 @@ def loaded_library(fragment):
     return None
 
 
+def cudnn_get_version(path):
+    """cudnnGetVersion() of a library this process already mapped (dlopen returns the same one)."""
+    import ctypes
+
+    fn = ctypes.CDLL(path).cudnnGetVersion
+    fn.restype = ctypes.c_size_t
+    return int(fn())
+
+
 def attempt(fn):
     try:
         return {"value": fn()}
@@ -53,7 +62,11 @@ def torch_facts(torch):
         "cxx11_abi": attempt(lambda: bool(torch._C._GLIBCXX_USE_CXX11_ABI)),
         "cudnn_version_int": attempt(lambda: torch.backends.cudnn.version()),
     }
-    facts["cudnn_path"] = {"value": loaded_library("libcudnn.so")}
+    # after torch.backends.cudnn.version() loaded it (or refused it): which file, which version
+    cudnn_path = loaded_library("libcudnn.so")
+    facts["cudnn_path"] = {"value": cudnn_path}
+    if cudnn_path:
+        facts["cudnn_runtime_int"] = attempt(lambda: cudnn_get_version(cudnn_path))
     facts["cudart_path"] = {"value": loaded_library("libcudart.so")}
     return facts
 

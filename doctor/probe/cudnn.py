@@ -69,10 +69,14 @@ def assess(
     installed, installed_from = _newest(libs)
     if installed_from:
         prov["cudnn.installed"] = installed_from
-    loaded_version = loaded.cudnn_version if loaded else None
+    loaded_version = (loaded.cudnn_runtime or loaded.cudnn_version) if loaded else None
     loaded_path = loaded.cudnn_path if loaded else None
     if loaded is not None:
-        prov["cudnn.loaded"] = "child-process: torch.backends.cudnn.version()"
+        prov["cudnn.loaded"] = (
+            "child-process: cudnnGetVersion() of the mapped libcudnn"
+            if loaded.cudnn_runtime
+            else "child-process: torch.backends.cudnn.version()"
+        )
         if loaded_path:
             prov["cudnn.loaded_path"] = "child-process: /proc/self/maps"
 
@@ -119,6 +123,8 @@ def assess(
                     f"{s.path} (cuDNN {s.version or 'unknown version'}) is on LD_LIBRARY_PATH and "
                     f"may shadow the {bundled_dist}=={bundled} wheel torch pins"
                 )
+    if loaded is not None and loaded.cudnn_error:
+        problems.append(f"torch rejects the cuDNN it loaded: {loaded.cudnn_error}")
 
     if loaded_version:
         version: Optional[str] = loaded_version

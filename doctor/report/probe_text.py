@@ -234,8 +234,13 @@ def _env_part(doc: Mapping[str, Any]) -> List[Any]:
     elif not env:
         out.append(_line("none set", "dim"))
     else:
-        out.append(_kv_table(env.items()))
+        out.append(_kv_table((k, _short(str(v))) for k, v in env.items()))
     return out
+
+
+def _short(value: str, limit: int = 160) -> str:
+    """Long values (NVIDIA_REQUIRE_CUDA lists dozens of driver ranges) are cut; JSON has them whole."""
+    return value if len(value) <= limit else f"{value[:120]}… ({len(value)} characters; see --format json)"
 
 
 def _unknown_part(doc: Mapping[str, Any]) -> List[Any]:

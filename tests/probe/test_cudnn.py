@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Optional
 
-from probe_fakes import FakeRunner, add_dist, add_file, add_torch, ok, sources
+import pytest
+from probe_fakes import FakeRunner, add_dist, add_file, add_torch, child_output, good_child_records, ok, sources
 
 from doctor.probe import collect
 from doctor.probe.child import LoadedTorch
 from doctor.probe.cuda_libs import CudaLibs, CudnnWheel, SystemCudnn, header_version, probe
 from doctor.probe.cudnn import assess
 from doctor.probe.packages import scan
+from doctor.probe.sources import RunResult
 from doctor.probe.torch_build import TorchBuild
 
 HEADER = "#define CUDNN_MAJOR 9\n#define CUDNN_MINOR 1\n#define CUDNN_PATCHLEVEL 0\n"
@@ -83,8 +86,6 @@ def test_system_cudnn_from_ldconfig_and_ld_library_path(site: Path, tmp_path: Pa
 
 
 def test_ldconfig_timeout_is_noted_not_fatal(site: Path) -> None:
-    from doctor.probe.sources import RunResult
-
     runner = FakeRunner({"ldconfig": RunResult(("ldconfig",), None, timed_out=True)})
     src = sources(site, run=runner, use_ldconfig=True, which=lambda n: "/sbin/ldconfig" if n == "ldconfig" else None)
     doc = collect(loaded=False, sources=src)
@@ -157,3 +158,35 @@ def test_mismatch_reaches_the_snapshot(site: Path) -> None:
     assert doc["cudnn"]["installed"] == "9.3.0"
     assert "pins 9.1.0.70" in doc["cudnn"]["mismatch"]
     assert "cudnn.loaded" in doc["unknown"]
+
+
+REFUSAL = (
+    "RuntimeError: cuDNN version incompatibility: PyTorch was compiled  against (9, 19, 0) but found "
+    "runtime version (9, 14, 0). PyTorch already comes bundled with cuDNN. One option to resolving "
+    "this error is to ensure PyTorch can find the bundled cuDNN. one possibility is that there is a "
+    "conflicting cuDNN in LD_LIBRARY_PATH."
+)
+
+
+@pytest.mark.parametrize("runtime_int", [91400, None])
+def test_torch_refusing_a_shadowing_system_cudnn(site: Path, runtime_int: Optional[int]) -> None:
+    """What a real H200 box showed with LD_PRELOAD=/lib/x86_64-linux-gnu/libcudnn.so.9 (9.14)."""
+    add_torch(site, "2.11.0+cu130", "13.0", requires=["nvidia-cudnn-cu13==9.19.0.56"])
+    _cu12_wheel(site, "9.19.0.56")
+    records = good_child_records()
+    facts = records[3]["facts"]
+    facts["cudnn_version_int"] = {"error": REFUSAL}
+    facts["cudnn_path"] = {"value": "/lib/x86_64-linux-gnu/libcudnn.so.9"}
+    if runtime_int is not None:
+        facts["cudnn_runtime_int"] = {"value": runtime_int}
+    runner = FakeRunner({"python": RunResult(("python",), 0, child_output(*records), "")})
+    doc = collect(loaded=True, sources=sources(site, run=runner, python="/usr/bin/python3"))
+    cudnn = doc["cudnn"]
+    assert cudnn["loaded"] == "9.14.0" and cudnn["version"] == "9.14.0"
+    assert cudnn["loaded_path"] == "/lib/x86_64-linux-gnu/libcudnn.so.9"
+    assert "torch loaded cuDNN 9.14.0 from /lib/x86_64-linux-gnu/libcudnn.so.9" in cudnn["mismatch"]
+    assert "shadows it" in cudnn["mismatch"]
+    assert "torch rejects the cuDNN it loaded: RuntimeError: cuDNN version incompatibility" in cudnn["mismatch"]
+    assert doc["torch"]["cudnn_version"] is None
+    assert "cuDNN version incompatibility" in doc["unknown"]["torch.cudnn_version"]
+    assert "cudnn.loaded" not in doc["unknown"]

@@ -83,3 +83,11 @@ def test_static_probe_marks_loaded_facts_unknown() -> None:
     assert "cuDNN loaded      unknown: not probed: static mode" in text
     assert "flash_attn: unknown" in text
     assert "Unknown facts (could not be probed)" in text
+
+
+def test_long_environment_values_are_cut_in_text_only() -> None:
+    doc = _doc()
+    doc["env"]["NVIDIA_REQUIRE_CUDA"] = "cuda>=13.0 " + " ".join(f"brand=tesla,driver>={v},driver<{v + 1}" for v in range(500, 540))
+    text = render_probe(doc, color=False, width=100)
+    assert "characters; see --format json)" in text
+    assert "brand=tesla,driver>=539" not in text
