@@ -121,6 +121,7 @@ def parse_spec(text: str) -> SpecifierSet:
     return SpecifierSet(text, prereleases=True)
 
 
+@lru_cache(maxsize=8192)
 def version_matches(version: str, spec: str) -> bool:
     """PEP 440 match that ignores local labels (2.4.0+cu121 satisfies <=2.4.0) and lets
     pre-releases such as NGC's 2.3.0a0+6ddf5cf.nv24.04 match like their release."""
@@ -133,11 +134,17 @@ def version_matches(version: str, spec: str) -> bool:
     return parse_spec(spec).contains(public, prereleases=True)
 
 
+@lru_cache(maxsize=4096)
+def _release(text: str) -> Optional[Version]:
+    v = parse_version(text)
+    return None if v is None else Version(v.base_version)
+
+
 def _ordered(a: Any, b: Any) -> Tuple[Any, Any]:
     if isinstance(a, str) or isinstance(b, str):
-        va, vb = parse_version(str(a)), parse_version(str(b))
+        va, vb = _release(str(a)), _release(str(b))
         if va is not None and vb is not None:
-            return Version(va.base_version), Version(vb.base_version)
+            return va, vb
     return a, b
 
 

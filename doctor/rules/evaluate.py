@@ -78,7 +78,7 @@ def render(template: str, ctx: Context) -> str:
 
 def _backends(
     cat: Catalogue, facts: Facts, workload: Workload
-) -> Tuple[Dict[str, BackendStatus], Dict[str, Optional[str]], Dict[str, Optional[bool]]]:
+) -> Tuple[Dict[str, BackendStatus], Dict[str, Optional[str]], Dict[str, Optional[bool]], Dict[str, Outcome]]:
     ctx = Context(facts, workload)
     by_backend: Dict[str, List[Rule]] = {}
     for r in cat.rules:
@@ -87,6 +87,7 @@ def _backends(
     statuses: Dict[str, BackendStatus] = {}
     selections: Dict[str, Optional[str]] = {}
     has_backend: Dict[str, Optional[bool]] = {}
+    outcomes: Dict[str, Outcome] = {}
     for fw in cat.frameworks:
         fw_in = evaluate(fw.installed, ctx)
         if fw_in.value is False:
@@ -104,6 +105,7 @@ def _backends(
                 unknown.extend(inst.missing)
             for rule in by_backend.get(b.id, ()):
                 out = evaluate(rule.when, ctx)
+                outcomes[rule.id] = out
                 if out.value is True:
                     reasons.append(render(rule.message, ctx))
                     fired.append(rule.id)
@@ -140,25 +142,22 @@ def _backends(
         has_backend[fw.id] = True if any(states) else (None if None in states else False)
         if chosen:
             statuses[chosen] = replace(statuses[chosen], selected=True)
-    return statuses, selections, has_backend
+    return statuses, selections, has_backend, outcomes
 
 
 def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
-    statuses, selections, has_backend = _backends(cat, facts, workload)
+    statuses, selections, has_backend, outcomes = _backends(cat, facts, workload)
     ctx = Context(facts, workload, statuses, selections, has_backend)
     findings: List[Finding] = []
     results: List[RuleResult] = []
     for rule in cat.rules:
         if rule.disables:
-            st = statuses.get(rule.disables)
-            if st is None:
-                results.append(RuleResult(rule.id, "passed"))  # framework absent: nothing to disable
-            elif rule.id in st.rule_ids:
-                results.append(RuleResult(rule.id, "fired"))
+            got = outcomes.get(rule.id)
+            if got is None:  # framework absent: nothing to disable
+                results.append(RuleResult(rule.id, "passed"))
             else:
-                out = evaluate(rule.when, ctx)
-                status = "not_evaluated" if out.value is None else ("fired" if out.value else "passed")
-                results.append(RuleResult(rule.id, status, out.missing))
+                status = "not_evaluated" if got.value is None else ("fired" if got.value else "passed")
+                results.append(RuleResult(rule.id, status, got.missing))
             continue
         out = evaluate(rule.when, ctx)
         if out.value is False:
