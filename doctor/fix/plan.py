@@ -493,7 +493,8 @@ class _Planner:
             )
             return
         ordered = self.rel.versions("flash-attn")
-        windows = [spec for name, ver in self.installed.items() for rel in [self._release(name, ver)] if rel for other, spec in rel.works_with.items() if other == "flash-attn"]
+        final = {**self.installed, **merged.pins}
+        windows = [spec for name, ver in final.items() for rel in [self._release(name, _v(ver).public)] if rel for other, spec in rel.works_with.items() if other == "flash-attn"]
         fits = [
             v
             for v in ordered
@@ -757,7 +758,7 @@ def plan_fixes(
         dist = {n for n in ev.merged.pins if n.startswith("nvidia-cudnn-cu")}
         alt_state, alt_ev = planner.search(allow=lambda ch: not any(parse_pin(p)[0] in dist for p in ch.pins) and not ch.workload_json)
         if alt_ev is not None and alt_state != state and not (set(alt_ev.bad) & set(planner.targets) - set(ev.bad)):
-            pins = tuple(f"{k}=={v}" for k, v in sorted(alt_ev.merged.pins.items()))
+            pins = tuple(f"{k}=={v}" for k, v in sorted(alt_ev.merged.pins.items(), key=lambda kv: (kv[0] != "torch", kv[0])))
             alternatives.append(
                 Alternative(
                     tuple(sorted(set(planner.targets) - set(alt_ev.bad))),
