@@ -31,7 +31,7 @@ from doctor.assume import apply_env, apply_pins, apply_workload, parse_pin
 from doctor.fix.wheels import WheelChoice, choose_wheel, wheel_target
 from doctor.model import Facts, Finding, Workload
 from doctor.releases import ReleaseCatalogue, torch_bundle
-from doctor.rules.conditions import normalize_dist, parse_version, version_matches
+from doctor.rules.conditions import parse_version, version_matches
 from doctor.rules.conditions import Context
 from doctor.rules.evaluate import Diagnosis, diagnose, render
 from doctor.rules.loader import Catalogue, Rule
