@@ -555,7 +555,14 @@ class _Planner:
         if set(self._violations(dict(facts.packages or {}))) - self.baseline_violations:
             return None
         diag = diagnose(self.cat, facts, workload)
-        return _Eval(merged=merged, facts=facts, workload=workload, diagnosis=diag, bad=tuple(_fired_bad(diag)), cost=self.cost(merged, changes))
+        bad = _fired_bad(diag)
+        # Cleared means evaluated and false (as in doctor.rules.evaluate.fix_clears): a change
+        # that only makes a target undecidable has not fixed it.
+        bad += [t for t in self.targets if t not in bad and diag.result(t).status != "passed"]
+        for ch in changes:
+            if ch.rule_id and ch.rule_id not in bad and diag.result(ch.rule_id).status != "passed":
+                bad.append(ch.rule_id)
+        return _Eval(merged=merged, facts=facts, workload=workload, diagnosis=diag, bad=tuple(bad), cost=self.cost(merged, changes))
 
     def evaluate(self, state: FrozenSet[int]) -> Optional[_Eval]:
         if state not in self.evals:
