@@ -13,7 +13,7 @@ from dataclasses import fields, replace
 from typing import Any, Iterable, Mapping, Optional, Tuple
 
 from doctor.errors import InputError
-from doctor.model import ContextParallel, Facts, Workload, frozen_map
+from doctor.model import ContextParallel, Facts, ImportStatus, Workload, frozen_map
 from doctor.rules.conditions import normalize_dist
 
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*([0-9][^\s;]*)\s*$")
@@ -39,19 +39,44 @@ def _short(version: str) -> str:
     return ".".join(parts[:3])
 
 
+# The modules a distribution provides, whose import status a fresh install of it replaces.
+MODULES = {
+    "flash-attn": ("flash_attn", "flash_attn_2_cuda"),
+    "flash-attn-3": ("flash_attn_interface",),
+    "flash-attn-4": ("flash_attn.cute",),
+    "transformer-engine": ("transformer_engine",),
+    "transformer-engine-torch": ("transformer_engine",),
+    "xformers": ("xformers",),
+}
+# Compiled extensions whose binary must match torch: a torch move reinstalls them too.
+TORCH_EXTENSIONS = ("flash-attn", "flash-attn-3", "transformer-engine", "transformer-engine-torch", "xformers")
+
+
 def apply_pins(facts: Facts, pins: Iterable[str]) -> Facts:
+    """Facts as they would be after `pip install PIN ...`. A pinned package is assumed to be
+    installed from the prebuilt wheel that matches this torch (the fix planner names it), so
+    its import status becomes ok; a torch move assumes the same of torch's compiled extensions."""
     from doctor.releases import torch_bundle
 
     packages = dict(facts.packages or {})
     torch, cudnn = facts.torch, facts.cudnn
+    imports = dict(facts.imports)
+    assumed_ok = ImportStatus(status="ok", cause="assumed: installed from the wheel matching this torch")
     for text in pins:
         name, version = parse_pin(text)
         packages[name] = version
+        reinstalled = [name] + ([d for d in TORCH_EXTENSIONS if d in packages] if name == "torch" else [])
+        for dist in reinstalled:
+            for module in MODULES.get(dist, ()):
+                if module in imports:
+                    imports[module] = assumed_ok
         if name == "torch":
             bundle = torch_bundle(version)
             torch = replace(torch, version=version)
             if bundle is not None:
                 torch = replace(torch, cuda=bundle.cuda, cudnn_version=_short(bundle.cudnn) if bundle.cudnn else None)
+                if getattr(bundle, "cxx11_abi", None) is not None:
+                    torch = replace(torch, cxx11_abi=bundle.cxx11_abi)
                 if bundle.cudnn:
                     # pip resolves torch's exact cuDNN pin: the wheel is replaced with it.
                     for dist in list(packages):
@@ -65,7 +90,13 @@ def apply_pins(facts: Facts, pins: Iterable[str]) -> Facts:
             short = _short(version)
             cudnn = replace(cudnn, version=short, loaded=short, installed=short)
             torch = replace(torch, cudnn_version=short)
-    return replace(facts, packages=frozen_map(packages) if facts.packages is not None or packages else None, torch=torch, cudnn=cudnn)
+    return replace(
+        facts,
+        packages=frozen_map(packages) if facts.packages is not None or packages else None,
+        torch=torch,
+        cudnn=cudnn,
+        imports=frozen_map(imports) or {},
+    )
 
 
 def apply_env(facts: Facts, assignments: Mapping[str, Optional[str]]) -> Facts:

@@ -45,3 +45,16 @@ def test_env_assignments_set_and_unset() -> None:
 def test_bad_assume_pin_is_a_usage_error(bad: str) -> None:
     with pytest.raises(InputError, match="expected NAME==VERSION"):
         apply_pins(facts_from_snapshot(BASE), [bad])
+
+
+def test_pinning_a_broken_extension_assumes_the_matching_wheel_imports() -> None:
+    doc = {**BASE, "imports": {"flash_attn": {"status": "error", "error": "undefined symbol: _ZN3c10...", "cause": "built for another torch"}, "xformers": {"status": "missing"}}}
+    f = apply_pins(facts_from_snapshot(doc), ["flash-attn==2.6.3"])
+    assert f.imports["flash_attn"].status == "ok" and f.imports["xformers"].status == "missing"
+
+
+def test_torch_move_reinstalls_compiled_extensions_and_takes_the_wheels_abi() -> None:
+    doc = {**BASE, "imports": {"flash_attn": {"status": "ok"}}, "torch": {**BASE["torch"], "cxx11_abi": False}}
+    f = apply_pins(facts_from_snapshot(doc), ["torch==2.7.1"])
+    assert f.imports["flash_attn"].status == "ok" and "assumed" in (f.imports["flash_attn"].cause or "")
+    assert f.torch.cxx11_abi is True  # default PyPI wheels are cxx11-ABI from torch 2.7
