@@ -168,6 +168,54 @@ class _Capture:
         return seen[:limit]
 
 
+class _StderrTee:
+    """Copies what native code writes to fd 2 during a case into a buffer while still
+    passing it on: c10 prints some refusal reasons (SDPA's "... not used because") there
+    instead of raising Python warnings."""
+
+    def __enter__(self) -> "_StderrTee":
+        import threading
+
+        sys.stderr.flush()
+        self.chunks: List[bytes] = []
+        self._saved = os.dup(2)
+        r, w = os.pipe()
+        os.dup2(w, 2)
+        os.close(w)
+
+        def pump() -> None:
+            while True:
+                data = os.read(r, 65536)
+                if not data:
+                    break
+                self.chunks.append(data)
+                os.write(self._saved, data)
+            os.close(r)
+
+        self._thread = threading.Thread(target=pump, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)  # closes the pipe's last write end: the pump sees EOF
+        self._thread.join(timeout=2)
+        os.close(self._saved)
+
+    def warnings(self, limit: int = 8) -> List[str]:
+        """Warning lines, without c10's "[W ...] Warning:" prefix and "(function ...)" tail."""
+        import re
+
+        text = b"".join(self.chunks).decode("utf-8", "replace")
+        out: List[str] = []
+        for line in text.splitlines():
+            m = re.search(r"Warning:\s*(.*?)\s*(?:\(function .*\))?\s*$", line)
+            msg = (m.group(1) if m else "").strip()
+            if msg and msg not in out:
+                out.append(msg)
+        return out[:limit]
+
+
 def _is_fatal(exc: BaseException) -> bool:
     text = f"{type(exc).__name__}: {exc}"
     if any(p.lower() in text.lower() for p in FATAL_PATTERNS):
@@ -182,12 +230,21 @@ def _is_fatal(exc: BaseException) -> bool:
     return False
 
 
-def _refusal(exc: BaseException, cap: _Capture, phase: str) -> str:
+def _refusal(exc: BaseException, phase: str, reasons: List[str]) -> str:
+    """One line for the report: the library's error, then the reasons it gave elsewhere
+    (Python warnings, torch log records, native warnings). Long messages keep their head and
+    their tail, where libraries such as xformers put the actual reason."""
     msg = f"{phase}: {type(exc).__name__}: {str(exc).strip()}"
-    reasons = [r for r in cap.reasons() if r not in msg]
-    if reasons:
-        msg += " | " + " | ".join(reasons)
-    return msg[:1500]
+    extra = [r for r in reasons if r not in msg]
+    if extra:
+        msg += " | " + " | ".join(extra)
+    return clip(msg)
+
+
+def clip(text: str, head: int = 700, tail: int = 1100) -> str:
+    if len(text) <= head + tail + 20:
+        return text
+    return text[:head] + " [...] " + text[-tail:]
 
 
 def _sync(device: Any) -> None:
@@ -231,7 +288,8 @@ def time_case(fn: Any, inp: Any, fwdbwd: bool, device: Any,
     return times[len(times) // 2]
 
 
-def run_case(spec: Mapping[str, Any], device: Any) -> Tuple[Dict[str, Any], bool]:
+def run_case(spec: Mapping[str, Any], device: Any,
+             tee: Optional[_StderrTee] = None) -> Tuple[Dict[str, Any], bool]:
     """Run and judge one case. Returns (result fields, context_poisoned)."""
     import torch
 
@@ -266,7 +324,8 @@ def run_case(spec: Mapping[str, Any], device: Any) -> Tuple[Dict[str, Any], bool
             oom = getattr(torch.cuda, "OutOfMemoryError", None)
             if oom is not None and isinstance(exc, oom):
                 status = "unsupported"  # the shape does not fit this backend's memory needs
-            res.update(status=status, detail=_refusal(exc, cap, phase))
+            native = tee.warnings() if tee is not None else []
+            res.update(status=status, detail=_refusal(exc, phase, cap.reasons() + native))
             return res, fatal
 
     try:
@@ -305,7 +364,7 @@ def run_case(spec: Mapping[str, Any], device: Any) -> Tuple[Dict[str, Any], bool
     except Exception as exc:
         fatal = _is_fatal(exc)
         res.update(status="crashed" if fatal else "failed",
-                   detail=f"judging: {type(exc).__name__}: {exc}"[:1500])
+                   detail=clip(f"judging: {type(exc).__name__}: {exc}"))
         return res, fatal
     return res, False
 
@@ -341,6 +400,13 @@ def selftest_case(spec: Mapping[str, Any]) -> Dict[str, Any]:
         os.write(1, b"C-level chatter on fd 1\n")
     if kind == "raise":
         return {"status": "unsupported", "detail": "RuntimeError: refused by selftest"}
+    if kind == "cwarn":  # a refusal whose reason only reaches fd 2, as c10 prints it
+        os.write(2, b"[W1121 sdp_utils.cpp:42] Warning: Flash attention requires q,k,v to "
+                    b"have the same last dimension (function operator())\n")
+        return {"status": "unsupported", "exc": "No available kernel. Aborting execution."}
+    if kind == "longerror":
+        return {"status": "unsupported", "exc": "does not support inputs: " + "x" * 5000
+                + " `cutlassF-pt` is not supported because: the real reason"}
     if kind == "fail":
         return {"status": "failed", "detail": "out: rel err 6.2 > tol 0.01", "max_rel_error": 6.2}
     return {"status": "passed", "detail": "selftest", "max_rel_error": 0.0}
@@ -351,7 +417,10 @@ def selftest_case(spec: Mapping[str, Any]) -> Dict[str, Any]:
 
 def main() -> int:
     proto = Protocol()
-    faulthandler.enable(file=sys.stderr, all_threads=False)
+    # faulthandler writes to its own copy of the real stderr: it must still reach the
+    # runner when a crash happens while fd 2 is being teed.
+    crash_log = os.fdopen(os.dup(2), "w")
+    faulthandler.enable(file=crash_log, all_threads=False)
     proto.send("hello", protocol=PROTOCOL, pid=os.getpid(), t_process=T_PROCESS,
                t_hello=time.time(), python=sys.executable)
     doc = json.loads(sys.stdin.read() or "{}")
@@ -371,10 +440,13 @@ def main() -> int:
     for spec in cases:
         proto.send("start", id=spec["id"], t=time.time())
         t0 = time.time()
-        if selftest and spec["backend"].startswith("selftest."):
-            res, fatal = selftest_case(spec), False
-        else:
-            res, fatal = run_case(spec, device)
+        with _StderrTee() as tee:
+            if selftest and spec["backend"].startswith("selftest."):
+                res, fatal = selftest_case(spec), False
+            else:
+                res, fatal = run_case(spec, device, tee)
+        if "exc" in res:  # selftest refusals go through the same formatting as real ones
+            res["detail"] = _refusal(RuntimeError(res.pop("exc")), "forward", tee.warnings())
         res["seconds"] = round(time.time() - t0, 4)
         proto.send("result", id=spec["id"], backend=spec["backend"], **res)
         if fatal:
