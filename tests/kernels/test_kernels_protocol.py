@@ -38,3 +38,19 @@ def test_unknown_protocol_version_is_an_error_event(worker) -> None:
     events = worker({"protocol": 99, "cases": []}, NO_TORCH)
     assert events[-1]["event"] == "error"
     assert "protocol 99" in events[-1]["detail"]
+
+
+def test_native_stderr_warnings_join_the_refusal_message(worker) -> None:
+    """c10 prints some refusal reasons to fd 2 instead of raising Python warnings."""
+    events = worker({"protocol": 1, "cases": [_case("w", "selftest.cwarn")]}, NO_TORCH)
+    (res,) = [e for e in events if e["event"] == "result"]
+    assert res["status"] == "unsupported"
+    assert res["detail"] == ("forward: RuntimeError: No available kernel. Aborting execution. | "
+                             "Flash attention requires q,k,v to have the same last dimension")
+
+
+def test_long_refusals_keep_the_reason_at_their_end(worker) -> None:
+    events = worker({"protocol": 1, "cases": [_case("l", "selftest.longerror")]}, NO_TORCH)
+    (res,) = [e for e in events if e["event"] == "result"]
+    assert len(res["detail"]) < 2000
+    assert res["detail"].endswith("is not supported because: the real reason")
