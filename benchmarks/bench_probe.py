@@ -33,6 +33,42 @@ def _time(argv: Sequence[str], env: Mapping[str, str]) -> float:
     return elapsed
 
 
+BREAKDOWN = """
+import json, time
+t0 = time.perf_counter()
+import doctor.cli
+t1 = time.perf_counter()
+import doctor.app
+t2 = time.perf_counter()
+import doctor.probe
+t3 = time.perf_counter()
+doc = doctor.probe.collect(loaded=False)
+t4 = time.perf_counter()
+from doctor.report.json_report import dumps
+dumps(doc)
+t5 = time.perf_counter()
+print(json.dumps([t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4]))
+"""
+STAGES = (
+    "import doctor.cli (typer, click, command modules)",
+    "import doctor.app (rules loader, yaml)",
+    "import doctor.probe",
+    "collect(loaded=False)",
+    "JSON dump",
+)
+
+
+def _breakdown(env: Mapping[str, str], reps: int) -> List[List[float]]:
+    rows = []
+    for _ in range(reps):
+        out = subprocess.run([sys.executable, "-c", BREAKDOWN], cwd=ROOT, env=dict(env), capture_output=True, text=True)
+        if out.returncode == 0:
+            import json
+
+            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return rows
+
+
 def _cli() -> List[str]:
     script = Path(sys.executable).with_name("attn-doctor")
     return [str(script)] if script.exists() else [sys.executable, "-m", "doctor"]
@@ -83,7 +119,16 @@ def main() -> None:
     for name, _, _ in cases:
         t = times[name]
         med = statistics.median(t)
-        print(f"| {name} | {med:.3f} | {min(t):.3f} | {max(t):.3f} | {ref / med:.1f}x faster |" if name != cases[-1][0] else f"| {name} | {med:.3f} | {min(t):.3f} | {max(t):.3f} | 1.0x |")
+        ratio = "1.0x" if name == cases[-1][0] else f"{ref / med:.1f}x faster"
+        print(f"| {name} | {med:.3f} | {min(t):.3f} | {max(t):.3f} | {ratio} |")
+
+    rows = _breakdown(cold, args.reps)
+    if rows:
+        print("\nWhere the static run spends its time (in-process, median of the same number of fresh processes):\n")
+        print("| stage | median ms |")
+        print("|---|---:|")
+        for i, stage in enumerate(STAGES):
+            print(f"| {stage} | {1000 * statistics.median(r[i] for r in rows):.1f} |")
 
 
 if __name__ == "__main__":

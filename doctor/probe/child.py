@@ -48,7 +48,8 @@ class LoadedTorch:
     arch_list: Optional[Tuple[str, ...]] = None
     cudnn_version: Optional[str] = None  # torch.backends.cudnn.version(): 9.1.0
     cudnn_runtime: Optional[str] = None  # cudnnGetVersion() of the libcudnn mapped in the child
-    cudnn_path: Optional[str] = None
+    cudnn_path: Optional[str] = None  # the file cudnnGetVersion resolves to (dladdr)
+    cudnn_mapped: Tuple[str, ...] = ()  # every libcudnn*.so* (main library and its parts) mapped
     cudnn_error: Optional[str] = None  # torch refused the cuDNN it found (version incompatibility)
     cudart_path: Optional[str] = None
 
@@ -182,7 +183,7 @@ def _progress(records: Sequence[Mapping[str, Any]], res: Optional[RunResult], ti
 
 
 def _cudnn(facts: Mapping[str, Any], unknown: Dict[str, str]) -> Tuple[Optional[str], Optional[str], Optional[str]]:
-    """(torch's cuDNN version, the mapped library's version, torch's refusal) from the child."""
+    """(torch's cuDNN version, the version of the cuDNN torch binds to, torch's refusal)."""
     torch_entry = facts.get("cudnn_version_int")
     cudnn = runtime = error = None
     if isinstance(torch_entry, Mapping) and "error" in torch_entry:
@@ -194,8 +195,9 @@ def _cudnn(facts: Mapping[str, Any], unknown: Dict[str, str]) -> Tuple[Optional[
             cudnn = decode_cudnn_version(raw)
         except (TypeError, ValueError):
             unknown["torch.cudnn_version"] = f"unexpected cuDNN version {raw!r}"
+    in_use = _plain(facts, "cudnn_in_use")
     try:
-        runtime = decode_cudnn_version(_plain(facts, "cudnn_runtime_int"))
+        runtime = decode_cudnn_version(in_use.get("version")) if isinstance(in_use, Mapping) else None
     except (TypeError, ValueError):
         runtime = None
     if runtime is None and error:
@@ -204,6 +206,14 @@ def _cudnn(facts: Mapping[str, Any], unknown: Dict[str, str]) -> Tuple[Optional[
     if cudnn is None and runtime is None and "torch.cudnn_version" in unknown:
         unknown["cudnn.loaded"] = unknown["torch.cudnn_version"]
     return cudnn, runtime, error
+
+
+def _cudnn_path(facts: Mapping[str, Any]) -> Optional[str]:
+    in_use = _plain(facts, "cudnn_in_use")
+    if isinstance(in_use, Mapping) and in_use.get("path"):
+        return str(in_use["path"])
+    mains = [p for p in _plain(facts, "cudnn_mapped") or [] if os.path.basename(str(p)).startswith("libcudnn.so")]
+    return str(mains[0]) if len(mains) == 1 else None
 
 
 def _torch_facts(records: Sequence[Mapping[str, Any]], progress: _Progress, unknown: Dict[str, str]) -> LoadedTorch:
@@ -231,7 +241,8 @@ def _torch_facts(records: Sequence[Mapping[str, Any]], progress: _Progress, unkn
         arch_list=tuple(str(a) for a in arch) if isinstance(arch, list) else None,
         cudnn_version=cudnn,
         cudnn_runtime=runtime,
-        cudnn_path=_plain(facts, "cudnn_path"),
+        cudnn_path=_cudnn_path(facts),
+        cudnn_mapped=tuple(str(p) for p in _plain(facts, "cudnn_mapped") or ()),
         cudnn_error=cudnn_error,
         cudart_path=_plain(facts, "cudart_path"),
     )

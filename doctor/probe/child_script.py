@@ -23,27 +23,64 @@ def error_text(exc):
     return text[:2000]
 
 
-def loaded_library(fragment):
-    """Path of the first mapped file whose name contains `fragment` (Linux /proc/self/maps)."""
+def mapped_libraries(prefix):
+    """Distinct files mapped into this process whose name starts with `prefix` (/proc/self/maps)."""
+    found = []
     try:
         with open("/proc/self/maps") as fh:
             for line in fh:
                 path = line.rstrip("\n").split(" ", 5)[-1].strip()
                 name = path.rsplit("/", 1)[-1]
-                if name.startswith(fragment):
-                    return path
+                if name.startswith(prefix) and path not in found:
+                    found.append(path)
     except OSError:
-        return None
+        pass
+    return found
+
+
+def loaded_library(prefix):
+    libs = mapped_libraries(prefix)
+    return libs[0] if libs else None
+
+
+def symbol_file(fn):
+    """The shared object that defines the ctypes function `fn` (dladdr)."""
+    import ctypes
+
+    class DlInfo(ctypes.Structure):
+        _fields_ = [
+            ("dli_fname", ctypes.c_char_p),
+            ("dli_fbase", ctypes.c_void_p),
+            ("dli_sname", ctypes.c_char_p),
+            ("dli_saddr", ctypes.c_void_p),
+        ]
+
+    info = DlInfo()
+    dladdr = ctypes.CDLL(None).dladdr
+    dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(DlInfo)]
+    if dladdr(ctypes.cast(fn, ctypes.c_void_p), ctypes.byref(info)) and info.dli_fname:
+        return info.dli_fname.decode("utf-8", "replace")
     return None
 
 
-def cudnn_get_version(path):
-    """cudnnGetVersion() of a library this process already mapped (dlopen returns the same one)."""
+def cudnn_in_use():
+    """Version and file of the cudnnGetVersion torch binds to.
+
+    Two libcudnn.so.9 files can be mapped at once (LD_PRELOAD or LD_LIBRARY_PATH plus the
+    wheel torch preloads); the one whose symbols win is found in the global scope first, then
+    in libtorch_cuda's own dependency scope.
+    """
     import ctypes
 
-    fn = ctypes.CDLL(path).cudnnGetVersion
-    fn.restype = ctypes.c_size_t
-    return int(fn())
+    torch_cuda = loaded_library("libtorch_cuda.so")
+    for lib in [None] + ([torch_cuda] if torch_cuda else []):
+        try:
+            fn = ctypes.CDLL(lib).cudnnGetVersion
+        except (OSError, AttributeError):
+            continue
+        fn.restype = ctypes.c_size_t
+        return {"version": int(fn()), "path": symbol_file(fn)}
+    return None
 
 
 def attempt(fn):
@@ -63,10 +100,10 @@ def torch_facts(torch):
         "cudnn_version_int": attempt(lambda: torch.backends.cudnn.version()),
     }
     # after torch.backends.cudnn.version() loaded it (or refused it): which file, which version
-    cudnn_path = loaded_library("libcudnn.so")
-    facts["cudnn_path"] = {"value": cudnn_path}
-    if cudnn_path:
-        facts["cudnn_runtime_int"] = attempt(lambda: cudnn_get_version(cudnn_path))
+    # cuDNN 9 is a small libcudnn.so.9 that dlopens libcudnn_graph/ops/engines_*.so.9 by name,
+    # so the parts can come from different folders: report every part
+    facts["cudnn_mapped"] = {"value": mapped_libraries("libcudnn")}
+    facts["cudnn_in_use"] = attempt(cudnn_in_use)
     facts["cudart_path"] = {"value": loaded_library("libcudart.so")}
     return facts
 

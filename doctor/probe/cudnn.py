@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from doctor.probe.cuda_libs import CudaLibs, cudnn_release, version_key
 from doctor.probe.torch_build import TorchBuild
@@ -27,7 +27,7 @@ class CudnnFacts:
     installed: Optional[str]
     bundled: Optional[str]  # the nvidia-cudnn-cuXX version torch pins (dist version, 9.1.0.70)
     bundled_dist: Optional[str]
-    mismatch: Optional[str]
+    mismatch: Optional[str]  # one line per disagreement
     provenance: Mapping[str, str]
 
 
@@ -53,6 +53,28 @@ def _newest(libs: CudaLibs) -> Tuple[Optional[str], Optional[str]]:
     return best[1], best[2]
 
 
+def _mixed(mapped: Sequence[str]) -> List[str]:
+    """Two main cuDNN libraries in one process, or cuDNN's parts loaded from several folders."""
+    problems: List[str] = []
+    mains = sorted({os.path.realpath(p) for p in mapped if os.path.basename(p).startswith("libcudnn.so")})
+    if len(mains) > 1:
+        problems.append(
+            "two cuDNN libraries are loaded in one process: " + ", ".join(mains)
+            + " (symbols bind to whichever was loaded first)"
+        )
+    folders: Dict[str, List[str]] = {}
+    for p in mapped:
+        real = os.path.realpath(p)
+        folders.setdefault(os.path.dirname(real), []).append(os.path.basename(p))
+    if len(folders) > 1:
+        parts = "; ".join(f"{', '.join(sorted(set(names)))} from {d}" for d, names in sorted(folders.items()))
+        problems.append(
+            f"cuDNN is assembled from more than one folder ({parts}): libcudnn.so.9 loads its "
+            "parts by name, so LD_LIBRARY_PATH decides which cuDNN actually runs"
+        )
+    return problems
+
+
 def assess(
     libs: CudaLibs,
     build: Optional[TorchBuild],
@@ -73,7 +95,7 @@ def assess(
     loaded_path = loaded.cudnn_path if loaded else None
     if loaded is not None:
         prov["cudnn.loaded"] = (
-            "child-process: cudnnGetVersion() of the mapped libcudnn"
+            "child-process: cudnnGetVersion() as torch resolves it"
             if loaded.cudnn_runtime
             else "child-process: torch.backends.cudnn.version()"
         )
@@ -123,6 +145,8 @@ def assess(
                     f"{s.path} (cuDNN {s.version or 'unknown version'}) is on LD_LIBRARY_PATH and "
                     f"may shadow the {bundled_dist}=={bundled} wheel torch pins"
                 )
+    if loaded is not None:
+        problems.extend(_mixed(loaded.cudnn_mapped))
     if loaded is not None and loaded.cudnn_error:
         problems.append(f"torch rejects the cuDNN it loaded: {loaded.cudnn_error}")
 
@@ -143,6 +167,6 @@ def assess(
         installed=installed,
         bundled=bundled,
         bundled_dist=bundled_dist,
-        mismatch="; ".join(problems) or None,
+        mismatch="\n".join(problems) or None,
         provenance=prov,
     )

@@ -165,7 +165,14 @@ def _cuda_part(doc: Mapping[str, Any]) -> List[Any]:
         rows.append(("cuDNN torch pins", "none (torch's metadata pins no cuDNN wheel)"))
     out: List[Any] = [_section("CUDA and cuDNN"), _kv_table(rows)]
     if cudnn.get("mismatch"):
-        out.append(_line("✗ cuDNN mismatch: " + str(cudnn["mismatch"]), "bold red"))
+        out.append(_line("✗ cuDNN mismatch:", "bold red"))
+        bullets = _table()
+        bullets.padding = (0, 1, 0, 0)
+        bullets.add_column(no_wrap=True)
+        bullets.add_column(overflow="fold")
+        for problem in str(cudnn["mismatch"]).splitlines():
+            bullets.add_row("-", Text(problem, style="red"))
+        out.append(Padding(bullets, (0, 0, 0, 4)))
     return out
 
 

@@ -219,7 +219,8 @@ def good_child_records(abi: bool = True, cudnn: Optional[int] = 90100, available
         {"step": "torch", "facts": {
             "version": {"value": "2.4.0+cu121"}, "cuda": {"value": "12.1"}, "hip": {"value": None},
             "git_version": {"value": "abc123"}, "cxx11_abi": {"value": abi},
-            "cudnn_version_int": {"value": cudnn}, "cudnn_path": {"value": None}, "cudart_path": {"value": None}}},
+            "cudnn_version_int": {"value": cudnn}, "cudnn_mapped": {"value": []},
+            "cudnn_in_use": {"value": None}, "cudart_path": {"value": None}}},
     ]
     for name in imports:
         recs.append({"step": "begin", "name": name})

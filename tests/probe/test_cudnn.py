@@ -168,25 +168,51 @@ REFUSAL = (
 )
 
 
-@pytest.mark.parametrize("runtime_int", [91400, None])
-def test_torch_refusing_a_shadowing_system_cudnn(site: Path, runtime_int: Optional[int]) -> None:
-    """What a real H200 box showed with LD_PRELOAD=/lib/x86_64-linux-gnu/libcudnn.so.9 (9.14)."""
+WHEEL_SO = "/venv/lib/python3.12/site-packages/nvidia/cudnn/lib/libcudnn.so.9"
+SYSTEM_SO = "/lib/x86_64-linux-gnu/libcudnn.so.9"
+
+
+@pytest.mark.parametrize("resolved", [True, False])
+def test_torch_refusing_a_shadowing_system_cudnn(site: Path, resolved: bool) -> None:
+    """What a real H200 box showed with LD_PRELOAD=/lib/x86_64-linux-gnu/libcudnn.so.9 (9.14):
+    both files mapped, the system one wins, torch.backends.cudnn.version() raises."""
     add_torch(site, "2.11.0+cu130", "13.0", requires=["nvidia-cudnn-cu13==9.19.0.56"])
     _cu12_wheel(site, "9.19.0.56")
     records = good_child_records()
     facts = records[3]["facts"]
     facts["cudnn_version_int"] = {"error": REFUSAL}
-    facts["cudnn_path"] = {"value": "/lib/x86_64-linux-gnu/libcudnn.so.9"}
-    if runtime_int is not None:
-        facts["cudnn_runtime_int"] = {"value": runtime_int}
+    facts["cudnn_mapped"] = {"value": [WHEEL_SO, SYSTEM_SO]}
+    facts["cudnn_in_use"] = {"value": {"version": 91400, "path": SYSTEM_SO}} if resolved else {"error": "OSError: x"}
     runner = FakeRunner({"python": RunResult(("python",), 0, child_output(*records), "")})
     doc = collect(loaded=True, sources=sources(site, run=runner, python="/usr/bin/python3"))
     cudnn = doc["cudnn"]
-    assert cudnn["loaded"] == "9.14.0" and cudnn["version"] == "9.14.0"
-    assert cudnn["loaded_path"] == "/lib/x86_64-linux-gnu/libcudnn.so.9"
-    assert "torch loaded cuDNN 9.14.0 from /lib/x86_64-linux-gnu/libcudnn.so.9" in cudnn["mismatch"]
-    assert "shadows it" in cudnn["mismatch"]
+    assert cudnn["loaded"] == "9.14.0" and cudnn["version"] == "9.14.0"  # from the symbol or torch's message
+    assert cudnn["loaded_path"] == (SYSTEM_SO if resolved else None)
+    if resolved:
+        assert f"torch loaded cuDNN 9.14.0 from {SYSTEM_SO}" in cudnn["mismatch"]
+        assert "shadows it" in cudnn["mismatch"]
+    assert "two cuDNN libraries are loaded in one process" in cudnn["mismatch"]
     assert "torch rejects the cuDNN it loaded: RuntimeError: cuDNN version incompatibility" in cudnn["mismatch"]
     assert doc["torch"]["cudnn_version"] is None
     assert "cuDNN version incompatibility" in doc["unknown"]["torch.cudnn_version"]
     assert "cudnn.loaded" not in doc["unknown"]
+
+
+def test_cudnn_parts_from_two_folders() -> None:
+    """The real H200 case with LD_LIBRARY_PATH=/lib/x86_64-linux-gnu: the wheel's libcudnn.so.9
+    loaded its libcudnn_graph/engines parts from the system folder, so 9.14 ran."""
+    wheel_dir = "/venv/lib/python3.12/site-packages/nvidia/cudnn/lib"
+    loaded = LoadedTorch(
+        cudnn_version=None,
+        cudnn_runtime="9.14.0",
+        cudnn_path=f"{wheel_dir}/libcudnn.so.9",
+        cudnn_mapped=(f"{wheel_dir}/libcudnn.so.9", "/opt/sys/lib/libcudnn_graph.so.9", "/opt/sys/lib/libcudnn_engines_precompiled.so.9"),
+    )
+    wheel = CudnnWheel("nvidia-cudnn-cu12", "9.1.0.70", wheel_dir)
+    facts = assess(_libs(wheel), _build(), loaded, {})
+    assert facts.loaded == "9.14.0"
+    text = str(facts.mismatch)
+    assert "cuDNN is assembled from more than one folder" in text
+    assert f"libcudnn.so.9 from {wheel_dir}" in text
+    assert "libcudnn_engines_precompiled.so.9, libcudnn_graph.so.9 from /opt/sys/lib" in text
+    assert "two cuDNN libraries" not in text

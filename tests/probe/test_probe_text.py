@@ -28,7 +28,7 @@ def test_matches_golden_file() -> None:
 
 def test_a_reader_sees_the_problems() -> None:
     text = render_probe(_doc(), color=False, width=200)
-    assert "✗ cuDNN mismatch: torch loaded cuDNN 8.9.2" in text
+    assert "✗ cuDNN mismatch:\n    - torch loaded cuDNN 8.9.2 from /usr/lib/x86_64-linux-gnu/libcudnn.so.8" in text
     assert "flash_attn_2_cuda: error  C++ ABI mismatch (wheel built with cxx11abi=TRUE, torch uses FALSE)" in text
     assert "+cu123torch2.4cxx11abiFALSE-cp310-cp310-linux_x86_64.whl" in text
     assert "NVIDIA A100-SXM4-80GB  8.0 (sm_80)" in text
