@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 import pytest
 from probe_fakes import FakeRunner, add_dist, add_file, add_torch, child_output, good_child_records, ok, sources
@@ -216,3 +215,39 @@ def test_cudnn_parts_from_two_folders() -> None:
     assert f"libcudnn.so.9 from {wheel_dir}" in text
     assert "libcudnn_engines_precompiled.so.9, libcudnn_graph.so.9 from /opt/sys/lib" in text
     assert "two cuDNN libraries" not in text
+
+
+# Snapshots taken on a real H200 (torch 2.11.0+cu130, wheel cuDNN 9.19, system cuDNN 9.14 in
+# /lib/x86_64-linux-gnu) by `attn-doctor probe --format json`, as is, with no change.
+REAL = Path(__file__).parent / "data"
+
+
+def test_real_h200_default_has_no_mismatch() -> None:
+    from doctor.snapshot import load_snapshot
+
+    doc = load_snapshot(REAL / "h200_real_default.json")
+    assert doc["cudnn"]["mismatch"] is None
+    assert doc["cudnn"]["loaded"] == "9.19.0" and doc["cudnn"]["bundled"] == "9.19.0.56"
+    assert doc["cudnn"]["loaded_path"].endswith("site-packages/nvidia/cudnn/lib/libcudnn.so.9")
+    assert doc["gpus"][0]["compute_capability"] == "9.0" and doc["cuda"]["driver_cuda"] == "13.0"
+
+
+def test_real_h200_ld_preload_names_the_system_cudnn() -> None:
+    from doctor.snapshot import load_snapshot
+
+    doc = load_snapshot(REAL / "h200_real_ld_preload.json")
+    assert doc["cudnn"]["loaded"] == "9.14.0"
+    assert doc["cudnn"]["loaded_path"] == "/lib/x86_64-linux-gnu/libcudnn.so.9"
+    lines = doc["cudnn"]["mismatch"].splitlines()
+    assert any("shadows it" in line for line in lines)
+    assert any(line.startswith("two cuDNN libraries are loaded in one process") for line in lines)
+
+
+def test_real_h200_ld_library_path_mixes_cudnn_parts() -> None:
+    from doctor.snapshot import load_snapshot
+
+    doc = load_snapshot(REAL / "h200_real_ld_library_path.json")
+    assert doc["cudnn"]["loaded"] == "9.14.0"
+    mismatch = doc["cudnn"]["mismatch"]
+    assert "libcudnn_graph.so.9.14.0 from /usr/lib/x86_64-linux-gnu" in mismatch
+    assert "torch rejects the cuDNN it loaded" in mismatch
