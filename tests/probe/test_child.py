@@ -137,3 +137,18 @@ def test_fake_child_records_are_interpreted(site: Path) -> None:
     assert doc["torch"]["cudnn_version"] == "8.9.2"
     assert doc["cudnn"]["loaded"] == "8.9.2"
     assert all(v["status"] == "missing" for v in doc["imports"].values())
+
+
+def test_child_runs_under_the_python_that_owns_torch(tmp_path: Path) -> None:
+    from doctor.probe.child import owner_python
+
+    prefix = tmp_path / "other-venv"
+    site = prefix / "lib" / "python3.10" / "site-packages"
+    site.mkdir(parents=True)
+    (prefix / "bin").mkdir()
+    py = prefix / "bin" / "python3.10"
+    py.write_text("#!/bin/sh\n")
+    py.chmod(0o755)
+    assert owner_python(str(site), default="/usr/bin/python3") == str(py)
+    assert owner_python(sys.path[-1], default="/this/python") == "/this/python"  # our own path
+    assert owner_python(str(tmp_path / "elsewhere"), default="/this/python") == "/this/python"
