@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from doctor.model import Facts, Report, Workload, facts_from_snapshot
-from doctor.rules.loader import Catalogue
+
+if TYPE_CHECKING:
+    from doctor.rules.loader import Catalogue
 
 
 def probe_snapshot(env_file: Optional[Path] = None, loaded: bool = True) -> Dict[str, Any]:
@@ -34,7 +36,7 @@ def probe_snapshot(env_file: Optional[Path] = None, loaded: bool = True) -> Dict
 class Inputs:
     facts: Facts
     workload: Workload
-    catalogue: Catalogue
+    catalogue: "Catalogue"
     assumed: Tuple[str, ...] = ()
     snapshot: Optional[Mapping[str, Any]] = None  # the probed or loaded document
 

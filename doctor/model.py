@@ -56,6 +56,7 @@ class CudnnInfo:
     loaded_path: Optional[str] = None
     installed: Optional[str] = None  # newest nvidia-cudnn-cuXX wheel or system libcudnn found
     bundled: Optional[str] = None  # what the installed torch wheel pins (Requires-Dist)
+    mismatch: Optional[str] = None  # installed vs loaded vs bundled disagree: how
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class ImportStatus:
     status: str  # ok | error | missing | timeout
     error: Optional[str] = None
     cause: Optional[str] = None  # decoded cause of an `undefined symbol`, ABI mismatch, ...
+    fix: Optional[str] = None  # what to do about it (the matching wheel, a rebuild)
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,7 @@ def facts_from_snapshot(doc: Mapping[str, Any], source: str = "probe") -> Facts:
         )
     imports = {
         name: ImportStatus(
-            status=str(st.get("status", "error")), error=st.get("error"), cause=st.get("cause")
+            status=str(st.get("status", "error")), error=st.get("error"), cause=st.get("cause"), fix=st.get("fix")
         )
         for name, st in (doc.get("imports") or {}).items()
         if isinstance(st, Mapping)
