@@ -73,8 +73,31 @@ def link_kernels(report: Report, cat: Catalogue, kernel_run: Any) -> Report:
                 ev.append(f"confirmed: {_describe(c)}")
                 explained.add(c.id)
         backends.append(replace(b, evidence=tuple(ev)))
+    known = {r.id: r for r in cat.rules if r.kernels}
     for c in results:
         if c.id in explained or c.status not in BAD:
+            continue
+        # A catalogue rule about this case that did not fire for this workload: name it, with
+        # its fixes, as a warning (the defect is real here, the workload does not reach it).
+        rule = next((r for r in known.values() if _matches(c.id, r.kernels)), None)
+        if rule is not None:
+            findings.append(
+                Finding(
+                    rule_id=f"KERNEL-{rule.id}",
+                    severity="warning",
+                    title=f"{rule.title.split('{')[0].strip()} (seen here in kernel case {c.id})",
+                    message=(
+                        f"The kernel case {c.id} {c.status} on this machine, as rule {rule.id} describes; "
+                        f"that rule did not fire for this workload, so it matters only for workloads that "
+                        f"use this path. {c.detail.strip()[:300]}"
+                    ),
+                    status="confirmed",
+                    area="kernels",
+                    fixes=rule.fixes,
+                    sources=rule.sources,
+                    evidence=(_describe(c),),
+                )
+            )
             continue
         findings.append(
             Finding(

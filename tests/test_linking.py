@@ -60,3 +60,10 @@ def test_unpredicted_crash_becomes_its_own_finding() -> None:
     f = finding(r, "KERNEL-SDPA-CUDNN-CRASHED")
     assert f.severity == "error" and "illegal memory access" in f.message
     assert ("KERNEL-SDPA-CUDNN-CRASHED", "fired") in r.rule_results
+
+
+def test_failure_of_a_known_issue_outside_the_workload_names_the_rule() -> None:
+    case = "sdpa.cudnn/bf16/hd64/b4/causal/varlen/fwdbwd"
+    r = report_with(CaseResult(case, "sdpa.cudnn", "failed", "dq: rel err 4.1", max_rel_error=4.1))
+    f = finding(r, "KERNEL-NUM-SDPA-CUDNN-NESTED-BACKWARD")
+    assert f.severity == "warning" and f.fixes and "NUM-SDPA-CUDNN-NESTED-BACKWARD" in f.message

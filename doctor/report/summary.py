@@ -115,6 +115,7 @@ def area_lines(report: Report) -> List[AreaLine]:
         if det == "no backend for this workload" and mark == "ok":
             mark = "warning"  # an error only where a finding says this framework is in use
         lines.append(AreaLine(fw, mark, title, det or ""))
+    kernel_findings = by_area.pop("kernels", [])
     for area in sorted(by_area):
         fs = by_area[area]
         n = len(fs)
@@ -125,7 +126,8 @@ def area_lines(report: Report) -> List[AreaLine]:
             counts[c.status] = counts.get(c.status, 0) + 1
         bad = counts.get("failed", 0) + counts.get("crashed", 0) + counts.get("timeout", 0)
         detail = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-        lines.append(AreaLine("kernels", "error" if bad else "ok", AREA_TITLES["kernels"], detail))
+        mark = worst(kernel_findings) if kernel_findings else ("error" if bad else "ok")
+        lines.append(AreaLine("kernels", mark, AREA_TITLES["kernels"], detail))
     elif report.kernels_skipped:
         lines.append(AreaLine("kernels", "unknown", AREA_TITLES["kernels"], f"not run: {report.kernels_skipped}"))
     not_eval = [rid for rid, st in report.rule_results if st == "not_evaluated"]
