@@ -15,6 +15,7 @@ class ExitCode(enum.IntEnum):
     FINDINGS = 1  # findings at or above --fail-on (or unresolved fixes for `fix`)
     USAGE = 2  # bad flags, malformed or unreadable input files
     INTERNAL = 3  # a bug in attn-doctor itself: please report it
+    INCOMPLETE = 4  # --distributed: a rank did not answer within the timeouts
 
 
 class DoctorError(Exception):

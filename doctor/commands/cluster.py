@@ -1,0 +1,104 @@
+"""`check --distributed`: every rank runs; rank 0 prints the job's one report.
+
+Rank 0's report is the usual check of rank 0's environment and workload, plus the cluster's
+findings (facts that differ between ranks, ranks that did not answer, per-rank kernel
+failures, the communication smoke test, the context-parallel attention check) and a per-rank
+table. Other ranks print nothing and exit 0 once their results are handed over; a rank stuck in
+a collective is ended with os._exit so the job never hangs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from doctor.commands.common import emit
+from doctor.errors import ExitCode
+
+
+def run_cluster_check(
+    *,
+    workload_file: Optional[Path],
+    model: Optional[Path],
+    flags: Mapping[str, Any],
+    format: str,
+    fail_on: str,
+    strict: bool,
+    kernels: bool,
+    verbose: bool,
+    color: bool,
+) -> int:
+    from doctor import app as core
+    from doctor.cluster.report import ClusterReport
+    from doctor.cluster.run import ClusterOptions, run_distributed
+    from doctor.model import facts_from_snapshot
+    from doctor.rules.loader import load_catalogue
+    from doctor.workload import resolve_workload
+
+    workload = resolve_workload(workload_file, model, flags)
+    catalogue = load_catalogue()
+    given = None if "head_dim_qk" in workload.defaulted else workload
+    cluster: ClusterReport = run_distributed(ClusterOptions(kernels=kernels, workload=given))
+    if not cluster.is_reporter:
+        return _finish(cluster, cluster.exit_code)
+
+    snaps = dict(cluster.snapshots)
+    doc = snaps.get(0) or next(iter(snaps.values()), {"schema_version": 1})
+    facts = facts_from_snapshot(doc, source=f"rank 0 of {cluster.world_size} ({cluster.launcher}, {cluster.backend})")
+    report = core.check(core.Inputs(facts=facts, workload=workload, catalogue=catalogue), kernels_skipped=None if kernels else "--no-kernels")
+    results = tuple(r for rank, r in cluster.kernels if rank == 0)
+    if results:
+        from doctor.linking import link_kernels
+
+        report = link_kernels(report, catalogue, _Run(results))
+    report = replace(
+        report,
+        findings=tuple(cluster.findings) + report.findings,
+        rule_results=report.rule_results + tuple((f.rule_id, "fired") for f in cluster.findings),
+    )
+    emit(_render(report, cluster, format, fail_on, strict, verbose, color))
+    code = int(ExitCode.FINDINGS if core.fail_count(report, fail_on, strict) else ExitCode.OK)
+    if not cluster.complete:
+        code = int(ExitCode.INCOMPLETE)
+    return _finish(cluster, code)
+
+
+class _Run:
+    """The slice of doctor.verify.KernelRun that linking reads."""
+
+    def __init__(self, results: tuple) -> None:
+        self.results = results
+        self.fastest: tuple = ()
+        self.timings: tuple = ()
+
+
+def _render(report: Any, cluster: Any, format: str, fail_on: str, strict: bool, verbose: bool, color: bool) -> str:
+    if format == "json":
+        from doctor.report.check_json import report_dict
+        from doctor.report.json_report import dumps
+
+        return dumps({**report_dict(report), "cluster": cluster.to_dict()})
+    from doctor.cluster.__main__ import summary
+
+    if format == "markdown":
+        from doctor.report.check_markdown import render_check_markdown
+
+        return render_check_markdown(report) + "\n```\n" + "\n".join(summary(cluster)) + "\n```\n"
+    if format == "junit":
+        from doctor.report.check_junit import render_check_junit
+
+        return render_check_junit(report, fail_on=fail_on, strict=strict)
+    from doctor.report.check_text import render_check
+
+    return "\n".join(summary(cluster)) + "\n\n" + render_check(report, verbose=verbose, color=color)
+
+
+def _finish(cluster: Any, code: int) -> int:
+    if cluster.hard_exit:  # a thread is still blocked inside a collective
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
