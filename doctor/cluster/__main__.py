@@ -16,8 +16,8 @@ from typing import List, Optional
 
 from doctor.cluster.cp_attention import SCHEMES, CpConfig
 from doctor.cluster.gather import Timeouts
-from doctor.cluster.report import ClusterReport
 from doctor.cluster.run import ClusterOptions, run_distributed
+from doctor.report.cluster_text import summary
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,38 +53,6 @@ def _cp_config(args: argparse.Namespace) -> Optional[CpConfig]:
     world = int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", "1")))
     base = CpConfig.for_device(torch.cuda.is_available(), world)
     return CpConfig(**{**base.__dict__, **given, "schemes": schemes})
-
-
-def summary(report: ClusterReport) -> List[str]:
-    """A few lines for the terminal; the JSON file has everything."""
-    lines = [
-        f"attn-doctor cluster check: {report.world_size} ranks via {report.launcher}, backend "
-        f"{report.backend}, {len(report.answered)} answered, {report.elapsed_s:.1f} s",
-    ]
-    for r in report.ranks:
-        lines.append(
-            f"  rank {r.rank:>3} {r.host or '?':<16} {r.status:<12} {r.gpu or '-'} | torch {r.torch or '?'}"
-            f" | driver {r.driver or '?'} | cuDNN {r.cudnn or '?'}" + (f" | {r.detail}" if r.detail else "")
-        )
-    if report.comm is not None:
-        for c in report.comm.checks:
-            bw = f"busbw {c.busbw_gbps:.1f} GB/s" if c.busbw_gbps is not None else ""
-            lines.append(f"  comm {c.op:<10} {c.bytes / 2**20:.0f} MiB {'ok' if c.ok else 'FAILED'} {bw} {c.detail}")
-        if report.comm.ok is None:
-            lines.append(f"  comm not run: {report.comm.detail}")
-    for c in report.cp:
-        err = (
-            f"max |err| {c.max_abs_error:.2e}, rel {c.max_rel_error:.2e} (tol {c.tolerance:.2e}), {c.ms:.1f} ms"
-            if c.max_abs_error is not None and c.max_rel_error is not None and c.tolerance and c.ms is not None
-            else ""
-        )
-        verdict = {True: "pass", False: "FAIL", None: "not run"}[c.ok]
-        lines.append(f"  cp {c.scheme:<10} {verdict:<7} {err} {c.detail}".rstrip())
-    for f in report.findings:
-        lines.append(f"  [{f.severity}] {f.rule_id}: {f.message}")
-    for n in report.notes:
-        lines.append(f"  note: {n}")
-    return lines
 
 
 def main(argv: Optional[List[str]] = None) -> int:

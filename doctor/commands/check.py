@@ -36,6 +36,7 @@ def check(
     assume_env: Optional[List[str]] = typer.Option(None, "--assume-env", help="Evaluate as if NAME=VALUE were set (repeatable)."),
     rules_dir: Optional[List[Path]] = typer.Option(None, "--rules-dir", help="Add your own rules (same schema)."),
     distributed: bool = typer.Option(False, "--distributed", help="Run on every rank of a torchrun/srun job; rank 0 reports."),
+    timeout: float = typer.Option(300.0, "--timeout", help="--distributed: seconds per stage (join, probe, each collective) before a rank is reported missing."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Every backend with its reasons; rules not evaluated."),
 ) -> int:
     """Diagnose this environment (or a snapshot) for a workload. Exit 0 ok, 1 findings, 2 bad input."""
@@ -52,7 +53,7 @@ def check(
 
         return run_cluster_check(
             workload_file=workload, model=model, flags=flags, format=format, fail_on=fail_on,
-            strict=strict, kernels=not no_kernels, verbose=verbose, color=use_color(),
+            strict=strict, kernels=not no_kernels, verbose=verbose, color=use_color(), timeout_s=timeout,
         )
     inputs = core.load_inputs(
         env_files=env_files,

@@ -30,6 +30,7 @@ def run_cluster_check(
     kernels: bool,
     verbose: bool,
     color: bool,
+    timeout_s: float = 300.0,
 ) -> int:
     from doctor import app as core
     from doctor.cluster.report import ClusterReport
@@ -41,7 +42,10 @@ def run_cluster_check(
     workload = resolve_workload(workload_file, model, flags)
     catalogue = load_catalogue()
     given = None if "head_dim_qk" in workload.defaulted else workload
-    cluster: ClusterReport = run_distributed(ClusterOptions(kernels=kernels, workload=given))
+    from doctor.cluster.gather import Timeouts
+
+    options = ClusterOptions(kernels=kernels, workload=given, timeouts=Timeouts.uniform(timeout_s))
+    cluster: ClusterReport = run_distributed(options)
     if not cluster.is_reporter:
         return _finish(cluster, cluster.exit_code)
 
@@ -81,7 +85,7 @@ def _render(report: Any, cluster: Any, format: str, fail_on: str, strict: bool, 
         from doctor.report.json_report import dumps
 
         return dumps({**report_dict(report), "cluster": cluster.to_dict()})
-    from doctor.cluster.__main__ import summary
+    from doctor.report.cluster_text import summary
 
     if format == "markdown":
         from doctor.report.check_markdown import render_check_markdown
