@@ -14,7 +14,8 @@ from doctor.model import Facts, Workload, facts_from_snapshot
 from doctor.workload import build, default_workload
 
 
-def case_inputs(case: Mapping[str, Any]) -> Tuple[Facts, Workload]:
+def case_snapshot(case: Mapping[str, Any]) -> Dict[str, Any]:
+    """A rule test case as a snapshot document (what `--env FILE` reads)."""
     doc: Dict[str, Any] = {k: v for k, v in case.items() if k not in ("name", "gpu", "workload")}
     doc.setdefault("packages", {})
     doc.setdefault("env", {})
@@ -22,6 +23,10 @@ def case_inputs(case: Mapping[str, Any]) -> Tuple[Facts, Workload]:
         doc["gpus"] = [{"index": 0, "name": f"test GPU sm{case['gpu']}", "compute_capability": case["gpu"]}]
     if "torch" not in doc and "torch" in doc["packages"]:
         doc["torch"] = {"version": doc["packages"]["torch"]}
-    facts = facts_from_snapshot(doc, source="rule test case")
+    return doc
+
+
+def case_inputs(case: Mapping[str, Any]) -> Tuple[Facts, Workload]:
+    facts = facts_from_snapshot(case_snapshot(case), source="rule test case")
     workload = build(case.get("workload") or {}, base=default_workload(), source="rule test case")
     return facts, workload

@@ -32,14 +32,9 @@ def rel() -> ReleaseCatalogue:
 
 def snapshot_of(case: Mapping[str, Any]) -> Dict[str, Any]:
     """A rule test case as a snapshot document (what `--env FILE` reads)."""
-    doc: Dict[str, Any] = {k: v for k, v in case.items() if k not in ("name", "gpu", "workload")}
-    doc.setdefault("packages", {})
-    doc.setdefault("env", {})
-    if "gpu" in case:
-        doc["gpus"] = [{"index": 0, "name": f"test GPU sm{case['gpu']}", "compute_capability": case["gpu"]}]
-    if "torch" not in doc and "torch" in doc["packages"]:
-        doc["torch"] = {"version": doc["packages"]["torch"]}
-    return doc
+    from doctor.rules.cases import case_snapshot
+
+    return case_snapshot(case)
 
 
 def write_snapshot(tmp: Path, case: Mapping[str, Any], name: str = "snap.json") -> Path:
