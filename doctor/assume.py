@@ -61,6 +61,7 @@ def apply_pins(facts: Facts, pins: Iterable[str]) -> Facts:
     packages = dict(facts.packages or {})
     torch, cudnn = facts.torch, facts.cudnn
     imports = dict(facts.imports)
+    unknown = dict(facts.unknown)
     assumed_ok = ImportStatus(status="ok", cause="assumed: installed from the wheel matching this torch")
     for text in pins:
         name, version = parse_pin(text)
@@ -73,7 +74,12 @@ def apply_pins(facts: Facts, pins: Iterable[str]) -> Facts:
         if name == "torch":
             bundle = torch_bundle(version)
             torch = replace(torch, version=version)
-            if bundle is not None:
+            if bundle is None:
+                # Not in the release catalogue: what it bundles is unknown, never guessed.
+                unknown.update({"torch.cuda": f"torch {version} is not in the release catalogue", "cudnn": f"torch {version} is not in the release catalogue"})
+                torch = replace(torch, cuda=None, cudnn_version=None, cxx11_abi=None)
+                cudnn = replace(cudnn, version=None, loaded=None, bundled=None)
+            else:
                 torch = replace(torch, cuda=bundle.cuda, cudnn_version=_short(bundle.cudnn) if bundle.cudnn else None)
                 if getattr(bundle, "cxx11_abi", None) is not None:
                     torch = replace(torch, cxx11_abi=bundle.cxx11_abi)
@@ -87,7 +93,14 @@ def apply_pins(facts: Facts, pins: Iterable[str]) -> Facts:
                     short = _short(bundle.cudnn)
                     cudnn = replace(cudnn, version=short, loaded=short, installed=short, bundled=short)
         elif name.startswith("nvidia-cudnn-cu"):
+            # torch loads the cuDNN wheel of its own CUDA major: a cu11 wheel under a cu12 torch
+            # is installed but never loaded.
+            wheel_major = name[len("nvidia-cudnn-cu"):]
+            torch_major = (torch.cuda or "").split(".")[0]
             short = _short(version)
+            if torch_major and wheel_major != torch_major:
+                cudnn = replace(cudnn, installed=short)
+                continue
             cudnn = replace(cudnn, version=short, loaded=short, installed=short)
             torch = replace(torch, cudnn_version=short)
     return replace(
@@ -96,6 +109,7 @@ def apply_pins(facts: Facts, pins: Iterable[str]) -> Facts:
         torch=torch,
         cudnn=cudnn,
         imports=frozen_map(imports) or {},
+        unknown=frozen_map(unknown) or {},
     )
 
 

@@ -114,6 +114,14 @@ def _section(cls: type, data: Any) -> Any:
     return cls(**kwargs)
 
 
+def _cuda_from_label(version: str) -> Optional[str]:
+    """'2.4.1+cu121' -> '12.1', '2.9.0+cu130' -> '13.0'; None when the label does not say."""
+    import re
+
+    m = re.search(r"\+cu(\d{2,3})\b", version)
+    return f"{m.group(1)[:-1]}.{m.group(1)[-1]}" if m else None
+
+
 def facts_from_snapshot(doc: Mapping[str, Any], source: str = "probe") -> Facts:
     """Build Facts from a snapshot document (already checked by doctor.snapshot)."""
     unknown = dict(doc.get("unknown") or {})
@@ -141,8 +149,14 @@ def facts_from_snapshot(doc: Mapping[str, Any], source: str = "probe") -> Facts:
     }
     packages = doc.get("packages")
     torch = _section(TorchInfo, doc.get("torch"))
-    if torch.version is None and isinstance(packages, Mapping) and "torch" in packages:
-        torch = replace(torch, version=str(packages["torch"]))
+    if "torch" not in doc:
+        # No torch section: the build facts are unknown, except what the version label says.
+        unknown.setdefault("torch", "no torch section in the snapshot")
+        if isinstance(packages, Mapping) and "torch" in packages:
+            version = str(packages["torch"])
+            torch = replace(torch, version=version, cuda=_cuda_from_label(version))
+            if torch.cuda is not None or version.endswith("+cpu"):
+                unknown.pop("torch", None)  # the label says which build it is
     cudnn = _section(CudnnInfo, doc.get("cudnn"))
     if cudnn.version is None:
         cudnn = replace(cudnn, version=cudnn.loaded or torch.cudnn_version or cudnn.installed)

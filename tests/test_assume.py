@@ -58,3 +58,18 @@ def test_torch_move_reinstalls_compiled_extensions_and_takes_the_wheels_abi() ->
     f = apply_pins(facts_from_snapshot(doc), ["torch==2.7.1"])
     assert f.imports["flash_attn"].status == "ok" and "assumed" in (f.imports["flash_attn"].cause or "")
     assert f.torch.cxx11_abi is True  # default PyPI wheels are cxx11-ABI from torch 2.7
+
+
+def test_cudnn_wheel_of_another_cuda_major_is_not_what_torch_loads() -> None:
+    f = apply_pins(facts_from_snapshot(BASE), ["nvidia-cudnn-cu11==9.3.0.75"])
+    assert f.cudnn.version == "9.1.0" and f.cudnn.loaded == "9.1.0"
+
+
+def test_unknown_torch_release_makes_its_bundle_unknown_not_guessed() -> None:
+    from doctor.rules.conditions import resolve
+    from doctor.workload import default_workload
+
+    f = apply_pins(facts_from_snapshot(BASE), ["torch==9.9.9"])
+    assert f.torch.version == "9.9.9"
+    assert not resolve("torch.cuda", f, default_workload()).known
+    assert not resolve("cudnn.version", f, default_workload()).known

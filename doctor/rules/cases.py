@@ -21,8 +21,6 @@ def case_snapshot(case: Mapping[str, Any]) -> Dict[str, Any]:
     doc.setdefault("env", {})
     if "gpu" in case:
         doc["gpus"] = [{"index": 0, "name": f"test GPU sm{case['gpu']}", "compute_capability": case["gpu"]}]
-    if "torch" not in doc and "torch" in doc["packages"]:
-        doc["torch"] = {"version": doc["packages"]["torch"]}
     return doc
 
 

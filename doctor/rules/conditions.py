@@ -95,8 +95,14 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
         val = getattr(section, rest)
         if val is not None:
             return Value(True, val)
-        # A torch whose version.py was read has a known `cuda: None` (a CPU or ROCm build).
-        if head == "torch" and rest in ("cuda", "hip") and facts.torch.version is not None:
+        # A torch whose build facts were read has a known `cuda: None` (a CPU or ROCm build).
+        if (
+            head == "torch"
+            and rest in ("cuda", "hip")
+            and facts.torch.version is not None
+            and "torch" not in facts.unknown
+            and f"torch.{rest}" not in facts.unknown
+        ):
             return Value(True, None)
         if head == "torch" and rest == "version" and facts.packages is not None:
             return Value(True, None)  # torch is not installed

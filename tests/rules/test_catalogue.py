@@ -73,3 +73,16 @@ def test_every_pin_names_a_release_that_exists() -> None:
                 name = normalize_dist(name.split("[")[0])
                 if name in known:
                     assert version in known[name], f"{rule.id}: {pin} is not a published release"
+
+
+def test_no_prose_is_cut_short_by_a_yaml_comment() -> None:
+    """An unquoted ' #' in a plain scalar starts a comment: the user would see half a sentence."""
+    from doctor.resources import rules_dir
+
+    pattern = re.compile(r"^\s*-?\s*(description|title|message|cost|note|name):\s+[^\"'>|\s].*\s#")
+    bad = []
+    for path in rules_dir().rglob("*.yaml"):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.match(line):
+                bad.append(f"{path}:{n}")
+    assert not bad, bad
