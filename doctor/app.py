@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from doctor.model import Facts, Report, Workload, facts_from_snapshot
+from doctor.model import Facts, Finding, Report, Workload, facts_from_snapshot
 
 if TYPE_CHECKING:
     from doctor.rules.loader import Catalogue
@@ -105,7 +105,8 @@ def fail_count(report: Report, fail_on: str, strict: bool) -> int:
     """How many findings are at or above the failure threshold (`--fail-on`)."""
     levels = {"error": 0, "warning": 1, "info": 2}
     limit = levels[fail_on]
-    n = 0
+    # --strict: a framework whose backend choice is undecided counts like an unevaluated rule
+    n = len({b.framework for b in report.backends if b.available is None}) if strict else 0
     for f in report.findings:
         if f.status == "refuted":
             continue
@@ -127,15 +128,53 @@ def kernels_only(report: Report) -> Report:
     return replace(report, findings=keep, rule_results=tuple((f.rule_id, "fired") for f in keep))
 
 
-def with_fleet(report: Report, env_files: Sequence[Path]) -> Report:
-    """Add heterogeneity findings across several snapshots (offline fleet view)."""
-    from doctor.cluster.hetero import analyze
-    from doctor.snapshot import load_snapshot
+def check_fleet(inputs: Inputs, env_files: Sequence[Path]) -> Report:
+    """Offline fleet view: the rules on every snapshot, merged, plus what differs between them.
 
-    snaps = []
-    for i, p in enumerate(env_files):
-        doc = load_snapshot(p)
-        snaps.append((str(p), str(doc.get("host") or p.stem), doc))
-    extra = tuple(analyze(snaps))
-    results = report.rule_results + tuple((f.rule_id, "fired") for f in extra)
-    return replace(report, findings=extra + report.findings, rule_results=results)
+    A finding that fires on some snapshots only says where; one that fires everywhere says so.
+    The report's facts and backends are those of the first snapshot."""
+    from doctor.cluster.hetero import analyze
+
+    docs = [(str(env_files[0]), inputs.snapshot or {})]
+    docs += [(str(p), probe_snapshot(env_file=Path(p))) for p in env_files[1:]]
+    labels = [str(doc.get("host") or Path(path).stem) for path, doc in docs]
+    merged: Dict[str, Finding] = {}
+    where: Dict[str, List[str]] = {}
+    results: Dict[str, str] = {}
+    first: Optional[Report] = None
+    for (path, doc), label in zip(docs, labels):
+        facts = inputs.facts if first is None else apply_assumed(facts_from_snapshot(doc, source=path), inputs.assumed)
+        rep = check(replace(inputs, facts=facts, snapshot=doc))
+        first = first or rep
+        for f in rep.findings:
+            merged.setdefault(f.rule_id, f)
+            where.setdefault(f.rule_id, []).append(label)
+        for rid, st in rep.rule_results:
+            if results.get(rid) != "fired":
+                results[rid] = st if results.get(rid) != "not_evaluated" or st == "fired" else "not_evaluated"
+    assert first is not None
+    findings: List[Finding] = []
+    for rid, f in merged.items():
+        hosts = where[rid]
+        if len(hosts) < len(docs):
+            f = replace(f, title=f"[{', '.join(hosts)}] {f.title}", evidence=f.evidence + (f"on {', '.join(hosts)} only",))
+        else:
+            f = replace(f, evidence=f.evidence + (f"on all {len(docs)} snapshots",))
+        findings.append(f)
+    hetero = tuple(analyze([(label, None, doc) for (path, doc), label in zip(docs, labels)]))
+    rule_results = tuple(results.items()) + tuple((f.rule_id, "fired") for f in hetero)
+    return replace(first, findings=hetero + tuple(findings), rule_results=rule_results)
+
+
+def apply_assumed(facts: Facts, assumed: Sequence[str]) -> Facts:
+    """Re-apply the --assume / --assume-env of these inputs to another snapshot's facts."""
+    from doctor.assume import apply_env, apply_pins, parse_env_assignment
+
+    pins = [a for a in assumed if "==" in a]
+    envs = dict(parse_env_assignment(a) for a in assumed if "==" not in a and not a.startswith("unset "))
+    envs.update({a[len("unset "):]: None for a in assumed if a.startswith("unset ")})
+    if pins:
+        facts = apply_pins(facts, pins)
+    if envs:
+        facts = apply_env(facts, envs)
+    return facts

@@ -124,3 +124,15 @@ def test_rules_lint_reports_failing_case(tmp_path: Path) -> None:
 def test_python_m_doctor_and_help() -> None:
     code, out, _ = run("--help")
     assert code == 0 and "check" in out and "probe" in out and "rules" in out
+
+
+def test_fleet_view_runs_the_rules_on_every_snapshot_whatever_the_order() -> None:
+    good = SEED / "001-te-cp-allgather-cudnn.snapshot.json"
+    bad = SEED / "000-te-cp-flash-attn-softcap.snapshot.json"
+    for order in ((good, bad), (bad, good)):
+        code, out, _ = run("check", "--no-kernels", "--cp-size", "2", "--cp-comm-type", "p2p", "--format", "json", "--env", str(order[0]), "--env", str(order[1]))
+        doc = json.loads(out)
+        ids = {f["rule_id"]: f for f in doc["findings"]}
+        assert code == 1
+        assert "TE-CP-FLASH-ATTN-SOFTCAP" in ids and "llama2-cp-node" in ids["TE-CP-FLASH-ATTN-SOFTCAP"]["title"]
+        assert "CLUSTER-HETERO-TE" in ids

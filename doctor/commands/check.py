@@ -38,8 +38,12 @@ def check(
     distributed: bool = typer.Option(False, "--distributed", help="Run on every rank of a torchrun/srun job; rank 0 reports."),
     timeout: float = typer.Option(300.0, "--timeout", help="--distributed: seconds per stage (join, probe, each collective) before a rank is reported missing."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Every backend with its reasons; rules not evaluated."),
+    static: bool = typer.Option(False, "--static", help="Static facts only: no child process that imports torch (faster, but import failures go unseen)."),
 ) -> int:
-    """Diagnose this environment (or a snapshot) for a workload. Exit 0 ok, 1 findings, 2 bad input."""
+    """Diagnose this environment (or a snapshot) for a workload.
+
+    Exit codes: 0 nothing at or above --fail-on, 1 findings, 2 usage or input error, 3 internal
+    error, 4 (--distributed) a rank did not answer."""
     from doctor import app as core
 
     if format not in FORMATS:
@@ -63,7 +67,7 @@ def check(
         assume=assume or [],
         assume_env=assume_env or [],
         rules_dirs=rules_dir or [],
-        loaded=not no_kernels,  # the torch-importing probe child only when kernels run anyway
+        loaded=not static,  # the torch-importing child (its result is cached for an hour)
     )
     kernel_run, skipped = None, None
     if no_kernels:
@@ -74,11 +78,12 @@ def check(
         skipped = "--assume: the kernels would test what is installed, not what is assumed"
     else:
         kernel_run, skipped = _run_kernels(inputs, quiet=format != "text" or not use_color())
-    report = core.check(inputs, kernel_run=kernel_run, kernels_skipped=skipped)
+    if len(env_files) > 1:
+        report = core.check_fleet(inputs, env_files)
+    else:
+        report = core.check(inputs, kernel_run=kernel_run, kernels_skipped=skipped)
     if kernels_only:
         report = core.kernels_only(report)
-    if len(env_files) > 1:
-        report = core.with_fleet(report, env_files)
     emit(_render(report, format, fail_on, strict, verbose))
     return int(ExitCode.FINDINGS if core.fail_count(report, fail_on, strict) else ExitCode.OK)
 

@@ -39,7 +39,7 @@ def _finding(f: Finding, verbose: bool) -> List[object]:
         for m in f.missing[:3]:
             out.append(f"    [dim]unknown: {escape(m)}[/]")
     for e in f.evidence:
-        out.append(f"    [dim]kernel:[/] {escape(e)}")
+        out.append(f"    [dim]evidence:[/] {escape(e)}")
     if f.status != "not_evaluated":
         if not f.fixes:
             out.append("    [dim]No automatic fix: see the sources.[/]")
@@ -106,9 +106,12 @@ def render_check(report: Report, *, verbose: bool = False, color: bool = False, 
                 pr(Padding(Text(f"{mark} {b.name} [{state}]" + (f": {why}" if why else "")), (0, 0, 0, 4)))
                 for e in b.evidence:
                     pr(f"        [dim]kernel: {escape(e)}[/]")
-        if pending:
+        if pending or any(b.available is None for b in report.backends):
             pr("")
             pr("[bold]Not evaluated (facts unknown)[/]")
+            for b in report.backends:
+                if b.available is None:
+                    pr(Padding(Text(f"? backend {b.id}: " + "; ".join(b.reasons)), (0, 0, 0, 4)))
             for f in pending:
                 for line in _finding(f, True):
                     pr(line)

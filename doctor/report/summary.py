@@ -130,11 +130,16 @@ def area_lines(report: Report) -> List[AreaLine]:
         lines.append(AreaLine("kernels", mark, AREA_TITLES["kernels"], detail))
     elif report.kernels_skipped:
         lines.append(AreaLine("kernels", "unknown", AREA_TITLES["kernels"], f"not run: {report.kernels_skipped}"))
-    not_eval = [rid for rid, st in report.rule_results if st == "not_evaluated"]
-    if not_eval:
-        lines.append(
-            AreaLine("unknown", "unknown", "Could not check", f"{len(not_eval)} rule(s) need facts that are unknown (-v lists them)")
-        )
+    pending = [f for f in report.findings if f.status == "not_evaluated"]
+    undecided = [b for b in report.backends if b.available is None]
+    if pending or undecided:
+        parts = []
+        if pending:
+            parts.append(f"{len(pending)} finding rule(s)")
+        if undecided:
+            parts.append(f"{len(undecided)} backend(s)")
+        detail = " and ".join(parts) + " need facts that are unknown (-v lists them)"
+        lines.append(AreaLine("unknown", "unknown", "Could not check", detail))
     return lines
 
 
@@ -166,6 +171,7 @@ def counts(report: Report) -> Dict[str, int]:
             out["refuted"] += 1
         else:
             out[f.severity] = out.get(f.severity, 0) + 1
+    out["backends_undecided"] = sum(1 for b in report.backends if b.available is None)
     out["rules"] = len(report.rule_results)
     return out
 
