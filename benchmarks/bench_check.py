@@ -63,10 +63,14 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=15)
     args = ap.parse_args()
     exe = str(Path(sys.executable).with_name("attn-doctor"))
-    wall([exe, "check", "--no-kernels", "--format", "json"], 2)  # warm the catalogue cache
+    wall([exe, "check", "--no-kernels", "--format", "json"], 2)  # warm the catalogue and probe caches
+    static = wall([exe, "check", "--no-kernels", "--static", "--format", "json"], args.runs)
     check = wall([exe, "check", "--no-kernels", "--format", "json"], args.runs)
     snap = ROOT / "docs" / "examples" / "seeds" / "003-te-mla-a100-no-backend.snapshot.json"
     check_env = wall([exe, "check", "--no-kernels", "--format", "json", "--env", str(snap)], args.runs)
+    os.environ["ATTN_DOCTOR_NO_CACHE"] = "1"  # the loaded-facts child with no cache: it imports torch
+    cold = wall([exe, "check", "--no-kernels", "--format", "json"], 3)
+    del os.environ["ATTN_DOCTOR_NO_CACHE"]
 
     from doctor.model import facts_from_snapshot
     from doctor.rules.evaluate import diagnose
@@ -85,10 +89,18 @@ def main() -> None:
     print("# check benchmark\n")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"catalogue: {len(cat.rules)} rules, {len(cat.frameworks)} frameworks\n")
+    help_t = wall([exe, "--help"], args.runs)
     print("| what | median | min | max | target |")
     print("|---|---|---|---|---|")
-    for label, t in (("`check --no-kernels --format json` (probe this machine)", check), ("`check --no-kernels --format json --env seed snapshot`", check_env)):
-        print(f"| {label} | {statistics.median(t)*1000:.0f} ms | {min(t)*1000:.0f} ms | {max(t)*1000:.0f} ms | <= 150 ms |")
+    rows = (
+        ("`attn-doctor --help` (floor: Python + typer + rich)", help_t, ""),
+        ("`check --no-kernels --static --format json` (static probe + every rule)", static, "<= 150 ms"),
+        ("`check --no-kernels --format json` (loaded facts from the one-hour cache)", check, "<= 150 ms"),
+        ("`check --no-kernels --format json --env seed snapshot`", check_env, "<= 150 ms"),
+        ("`check --no-kernels --format json`, cache off (child imports torch)", cold, "(not a target)"),
+    )
+    for label, t, target in rows:
+        print(f"| {label} | {statistics.median(t)*1000:.0f} ms | {min(t)*1000:.0f} ms | {max(t)*1000:.0f} ms | {target} |")
     print(f"| whole catalogue x 1,000 snapshots (one process) | {fleet*1000:.0f} ms total | | | <= 1,000 ms |")
 
 

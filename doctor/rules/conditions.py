@@ -13,7 +13,6 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from doctor.model import WORKLOAD_DERIVED, BackendStatus, CudaInfo, CudnnInfo, Facts, TorchInfo, Workload
@@ -122,9 +121,43 @@ def parse_version(text: str) -> Optional[Version]:
         return Version(m.group(1)) if m else None
 
 
+_CLAUSE = re.compile(r"^\s*(~=|===|==|!=|<=|>=|<|>)\s*([0-9][0-9A-Za-z.+!*-]*)\s*$")
+
+
 @lru_cache(maxsize=2048)
-def parse_spec(text: str) -> SpecifierSet:
-    return SpecifierSet(text, prereleases=True)
+def parse_spec(text: str) -> Tuple[Tuple[str, str], ...]:
+    """'>=2.6,<2.7' -> (('>=', '2.6'), ('<', '2.7')). Validated at catalogue load (validate_spec)
+    with packaging's SpecifierSet; matched here without importing it (it costs ~13 ms at start)."""
+    out = []
+    for clause in text.split(","):
+        m = _CLAUSE.match(clause)
+        if not m:
+            raise ValueError(f"bad version specifier {text!r}")
+        out.append((m.group(1), m.group(2)))
+    return tuple(out)
+
+
+def _clause(v: Version, op: str, target: str) -> bool:
+    if target.endswith(".*"):  # ==2.6.* / !=2.6.*: prefix match on the release
+        prefix = tuple(int(x) for x in target[:-2].split("."))
+        hit = v.release[: len(prefix)] == prefix
+        return hit if op == "==" else not hit
+    t = Version(target)
+    if op in ("==", "==="):
+        return v == t
+    if op == "!=":
+        return v != t
+    if op == "<":
+        return v < t
+    if op == "<=":
+        return v <= t
+    if op == ">":
+        return v > t
+    if op == ">=":
+        return v >= t
+    # ~=X.Y(.Z): >= X.Y(.Z) and == X.*(.Y.*)
+    prefix = t.release[:-1]
+    return v >= t and v.release[: len(prefix)] == prefix
 
 
 @lru_cache(maxsize=8192)
@@ -137,7 +170,7 @@ def version_matches(version: str, spec: str) -> bool:
     # Drop the local label; an NGC-style pre-release with a local label (2.3.0a0+6ddf5cf.nv24.04)
     # is that release as shipped, so compare it as 2.3.0. Post releases (2.7.4.post1) stay.
     public = Version(v.base_version) if (v.local and v.is_prerelease) else Version(v.public)
-    return parse_spec(spec).contains(public, prereleases=True)
+    return all(_clause(public, op, target) for op, target in parse_spec(spec))
 
 
 @lru_cache(maxsize=4096)
@@ -232,37 +265,79 @@ class Context:
         return v
 
 
+Compiled = Callable[[Context], Outcome]
+_COMPILED: Dict[int, Tuple[Mapping[str, Any], Compiled]] = {}
+
+
 def evaluate(cond: Mapping[str, Any], ctx: Context) -> Outcome:
-    if "all" in cond:
-        missing: Tuple[str, ...] = ()
-        for child in cond["all"]:
-            r = evaluate(child, ctx)
-            if r.value is False:
-                return FALSE
-            if r.value is None:
-                missing += r.missing
-        return Outcome(None, missing) if missing else TRUE
-    if "any" in cond:
-        missing = ()
-        for child in cond["any"]:
-            r = evaluate(child, ctx)
-            if r.value is True:
-                return TRUE
-            if r.value is None:
-                missing += r.missing
-        return Outcome(None, missing) if missing else FALSE
+    """Evaluate a condition tree; each tree is compiled to closures once and reused."""
+    hit = _COMPILED.get(id(cond))
+    if hit is None or hit[0] is not cond:
+        hit = (cond, _compile(cond))
+        _COMPILED[id(cond)] = hit
+    return hit[1](ctx)
+
+
+def _compile(cond: Mapping[str, Any]) -> Compiled:
+    if "all" in cond or "any" in cond:
+        is_all = "all" in cond
+        kids = [_compile(c) for c in cond["all" if is_all else "any"]]
+        stop, done, rest = (False, FALSE, TRUE) if is_all else (True, TRUE, FALSE)
+
+        def junction(ctx: Context) -> Outcome:
+            missing: Tuple[str, ...] = ()
+            for kid in kids:
+                r = kid(ctx)
+                if r.value is stop:
+                    return done
+                if r.value is None:
+                    missing += r.missing
+            return Outcome(None, missing) if missing else rest
+
+        return junction
     if "not" in cond:
-        r = evaluate(cond["not"], ctx)
-        return r if r.value is None else Outcome(not r.value)
+        kid = _compile(cond["not"])
+
+        def negation(ctx: Context) -> Outcome:
+            r = kid(ctx)
+            return r if r.value is None else (FALSE if r.value else TRUE)
+
+        return negation
     if "package" in cond:
-        v = ctx.value("package." + cond["package"])
-        if not v.known:
-            return Outcome(None, (v.reason,))
-        if "installed" in cond and (v.value is not None) != cond["installed"]:
-            return FALSE
-        if "version" in cond:
-            return Outcome(v.value is not None and version_matches(v.value, cond["version"]))
-        return TRUE
+        path = "package." + cond["package"]
+        installed = cond.get("installed")
+        spec = cond.get("version")
+
+        def package(ctx: Context) -> Outcome:
+            v = ctx.value(path)
+            if not v.known:
+                return Outcome(None, (v.reason,))
+            if installed is not None and (v.value is not None) != installed:
+                return FALSE
+            if spec is not None:
+                return TRUE if v.value is not None and version_matches(v.value, spec) else FALSE
+            return TRUE
+
+        return package
+    if "fact" in cond or "env" in cond:
+        path = cond["fact"] if "fact" in cond else "env." + cond["env"]
+        tests = [(OPERATORS[op], arg) for op, arg in cond.items() if op not in ("fact", "env")]
+
+        def fact(ctx: Context) -> Outcome:
+            v = ctx.value(path)
+            if not v.known:
+                return Outcome(None, (v.reason,))
+            for fn, arg in tests:
+                if not fn(v.value, arg):
+                    return FALSE
+            return TRUE
+
+        return fact
+    return lambda ctx: _evaluate_leaf(cond, ctx)  # backend / framework: depend on the diagnosis
+
+
+def _evaluate_leaf(cond: Mapping[str, Any], ctx: Context) -> Outcome:
+    """The leaves that read the diagnosis so far: backend availability and selection."""
     if "backend" in cond:
         st = ctx.backends.get(cond["backend"])
         if st is None:
@@ -295,21 +370,15 @@ def evaluate(cond: Mapping[str, Any], ctx: Context) -> Outcome:
             if sel != cond["selects"]:
                 return FALSE
         return TRUE
-    path = cond["fact"] if "fact" in cond else "env." + cond["env"]
-    v = ctx.value(path)
-    if not v.known:
-        return Outcome(None, (v.reason,))
-    for op, arg in cond.items():
-        if op in ("fact", "env"):
-            continue
-        if not OPERATORS[op](v.value, arg):
-            return FALSE
-    return TRUE
+    raise KeyError(f"not a condition: {sorted(cond)}")
 
 
 def validate_spec(text: str) -> Optional[str]:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
     try:
         SpecifierSet(text)
-    except InvalidSpecifier as exc:
+        parse_spec(text)
+    except (InvalidSpecifier, ValueError) as exc:
         return str(exc)
     return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from doctor.model import facts_from_snapshot
 from doctor.rules.conditions import Context, evaluate, version_matches
 from doctor.workload import build, default_workload
@@ -69,3 +71,24 @@ def test_multiple_of() -> None:
     c = ctx({}, head_dim=72, seq_len=4096)
     assert evaluate({"fact": "workload.head_dim_qk", "multiple_of": 8}, c).value is True
     assert evaluate({"fact": "workload.seq_len_q", "multiple_of": 3}, c).value is False
+
+
+@pytest.mark.parametrize(
+    "version,spec",
+    [
+        ("2.6.3", ">=2.6,<2.7"), ("2.6.3", "~=2.6"), ("2.6.3", "~=2.6.0"), ("2.7.0", "~=2.6"), ("2.7.0", "~=2.6.0"),
+        ("2.6.3", "==2.6.*"), ("2.7.0", "!=2.6.*"), ("2.7.4.post1", "<=2.7.4.post1"), ("2.8.0rc1", ">=2.8"),
+        ("1.13.0", "!=1.13.0"), ("9.10.2", ">9.10.1,<9.11"), ("2.1.0", "==2.1"),
+    ],
+)
+def test_specifier_matching_agrees_with_packaging(version: str, spec: str) -> None:
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    assert version_matches(version, spec) == SpecifierSet(spec, prereleases=True).contains(Version(version), prereleases=True)
+
+
+def test_prereleases_order_plainly_below_their_release() -> None:
+    # Deliberate difference from PEP 440's exclusive-ordering rule: a rule written "<4.0.0" means
+    # every FlashAttention-4 beta, so 4.0.0b4 matches it.
+    assert version_matches("4.0.0b4", "<4.0.0")
