@@ -73,6 +73,10 @@ def link_kernels(report: Report, cat: Catalogue, kernel_run: Any) -> Report:
                 ev.append(f"confirmed: {_describe(c)}")
                 explained.add(c.id)
         backends.append(replace(b, evidence=tuple(ev)))
+    from doctor.rules.conditions import Context
+    from doctor.rules.evaluate import render
+
+    ctx = Context(report.facts, report.workload)
     known = {r.id: r for r in cat.rules if r.kernels}
     for c in results:
         if c.id in explained or c.status not in BAD:
@@ -85,7 +89,7 @@ def link_kernels(report: Report, cat: Catalogue, kernel_run: Any) -> Report:
                 Finding(
                     rule_id=f"KERNEL-{rule.id}",
                     severity="warning",
-                    title=f"{rule.title.split('{')[0].strip()} (seen here in kernel case {c.id})",
+                    title=f"{render(rule.title, ctx)} (seen here in kernel case {c.id})",
                     message=(
                         f"The kernel case {c.id} {c.status} on this machine, as rule {rule.id} describes; "
                         f"that rule did not fire for this workload, so it matters only for workloads that "
