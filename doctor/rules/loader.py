@@ -345,7 +345,7 @@ def _files(dirs: Iterable[Path]) -> List[Path]:
             out.append(d)
             continue
         if not d.is_dir():
-            raise RuleError("rules directory not found", path=str(d))
+            raise RuleError("no such rule file or folder", path=str(d), hint="pass a .yaml file or a folder of them")
         out.extend(sorted(p for p in d.rglob("*.y*ml") if p.suffix in (".yaml", ".yml")))
     return out
 
