@@ -25,6 +25,14 @@ pytestmark = pytest.mark.slow
 RANK_MAIN = str(Path(__file__).with_name("rank_main.py"))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _warm_imports() -> None:
+    """Compile and page in what every rank imports, once, so that a fresh checkout on a busy
+    2-core CI machine does not spend the ranks' time budgets on first imports."""
+    subprocess.run([sys.executable, "-c", "import doctor.cluster.run, doctor.probe.collect, doctor.rules.loader as l, torch.distributed; l.load_catalogue()"],
+                   check=True, timeout=300)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -38,7 +46,7 @@ def _env(extra: Mapping[str, str]) -> Dict[str, str]:
     return env
 
 
-def _torchrun(n: int, out: Path, extra: Mapping[str, str], timeout: float = 90) -> subprocess.CompletedProcess:
+def _torchrun(n: int, out: Path, extra: Mapping[str, str], timeout: float = 240) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n),
            "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), RANK_MAIN, str(out)]
     return subprocess.run(cmd, env=_env(extra), capture_output=True, text=True, timeout=timeout)
@@ -62,6 +70,7 @@ def test_torchrun_three_ranks_heterogeneous_node(tmp_path: Path) -> None:
         out,
         {
             "ATTN_DOCTOR_TEST_DRIVER": "550.54.15",
+            "ATTN_DOCTOR_TEST_TIMEOUTS": "60,60,60",  # this test is about heterogeneity, not timing
             "ATTN_DOCTOR_TEST_ENV_2": "NVTE_FLASH_ATTN=0;NCCL_ALGO=Ring;"
             "ATTN_DOCTOR_TEST_DRIVER=535.104.05;ATTN_DOCTOR_TEST_KERNEL_FAIL=1",
         },
@@ -130,21 +139,21 @@ def test_slurm_ranks_that_hang_and_die_do_not_hold_up_the_job(tmp_path: Path) ->
     procs = _slurm_job(
         4,
         {2: {"ATTN_DOCTOR_TEST_MODE_2": "hang"}, 3: {"ATTN_DOCTOR_TEST_MODE_3": "exit"}},
-        {"OUT": str(out), "ATTN_DOCTOR_TEST_TIMEOUTS": "30,3,10"},
+        {"OUT": str(out), "ATTN_DOCTOR_TEST_TIMEOUTS": "60,12,20"},
     )
     try:
-        rc0 = procs[0].wait(timeout=40)
+        rc0 = procs[0].wait(timeout=120)
         rank0_s = time.monotonic() - start
-        rc1 = procs[1].wait(timeout=10)
-        rc2 = procs[2].wait(timeout=15)  # the hung rank gives up once rank 0 reported without it
-        rc3 = procs[3].wait(timeout=10)
+        rc1 = procs[1].wait(timeout=30)
+        rc2 = procs[2].wait(timeout=40)  # the hung rank gives up once rank 0 reported without it
+        rc3 = procs[3].wait(timeout=30)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
     report = _report(out)
     assert (rc0, rc1, rc2, rc3) == (4, 0, 4, 3)
-    assert rank0_s < 25
+    assert rank0_s < 60  # bounded by the timeouts, although rank 2 would hang forever
     assert report["launcher"] == "slurm"
     assert report["answered"] == [0, 1] and report["missing"] == [2, 3]
     assert [r["status"] for r in report["ranks"]] == ["answered", "answered", "no_answer", "no_answer"]
