@@ -253,8 +253,7 @@ class Session:
                 timeout=timedelta(seconds=self.timeouts.collective_s),
                 use_local_synchronization=True,
             )
-        received: Optional[List[Any]] = [None] * len(members) if self.launch.rank == 0 else None
-        dist.gather_object(payload, received, dst=0, group=group)
+        received = _gather_text(payload, len(members), self.launch.rank == 0, group)
         if received is None:
             return None
         out = [None] * world
@@ -268,6 +267,31 @@ class Session:
 
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _gather_text(text: str, n: int, is_dst: bool, group: Any) -> Optional[List[str]]:
+    """gather_object for strings without numpy (torch's gather_object needs it to decode, and a
+    torch install need not have it): lengths first, then the UTF-8 bytes padded to the longest."""
+    import torch
+    import torch.distributed as dist
+
+    data = torch.tensor(list(text.encode("utf-8")), dtype=torch.uint8)
+    size = torch.tensor([data.numel()], dtype=torch.int64)
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(n)] if is_dst else None
+    dist.gather(size, sizes, dst=0, group=group)
+    longest = torch.zeros(1, dtype=torch.int64)
+    if is_dst:
+        assert sizes is not None
+        longest = torch.stack(sizes).max().reshape(1)
+    dist.broadcast(longest, src=0, group=group)
+    padded = torch.zeros(int(longest.item()), dtype=torch.uint8)
+    padded[: data.numel()] = data
+    chunks = [torch.zeros(int(longest.item()), dtype=torch.uint8) for _ in range(n)] if is_dst else None
+    dist.gather(padded, chunks, dst=0, group=group)
+    if not is_dst:
+        return None
+    assert sizes is not None and chunks is not None
+    return [bytes(c[: int(k.item())].tolist()).decode("utf-8") for c, k in zip(chunks, sizes)]
 
 
 def missing_since(decisions: Sequence[Decision]) -> Dict[int, str]:
