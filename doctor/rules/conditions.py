@@ -89,6 +89,8 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
         if rest == "memory_mib":
             mems = [g.memory_mib for g in facts.gpus if g.memory_mib is not None]
             return Value(True, min(mems)) if mems else _unknown(path, facts, "GPU memory unknown")
+    if head == "torch" and facts.packages is not None and "torch" not in facts.packages and facts.torch.version is None:
+        return Value(True, None)  # torch is not installed: every torch fact is known to be absent
     if head in ("torch", "cuda", "cudnn", "python"):
         section = getattr(facts, head)
         val = getattr(section, rest)

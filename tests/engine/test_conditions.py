@@ -92,3 +92,9 @@ def test_prereleases_order_plainly_below_their_release() -> None:
     # Deliberate difference from PEP 440's exclusive-ordering rule: a rule written "<4.0.0" means
     # every FlashAttention-4 beta, so 4.0.0b4 matches it.
     assert version_matches("4.0.0b4", "<4.0.0")
+
+
+def test_torch_not_installed_is_a_known_absence() -> None:
+    c = ctx({"packages": {"transformers": "4.44.2"}, "unknown": {"torch": "torch is not installed on this Python"}})
+    assert evaluate({"fact": "torch.cuda", "ge": "12.0"}, c).value is False
+    assert evaluate({"fact": "torch.cuda", "is_set": False}, c).value is True
