@@ -1,0 +1,1 @@
+"""Formatters: one pure function per output format (Report -> str)."""

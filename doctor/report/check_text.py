@@ -92,8 +92,8 @@ def render_check(report: Report, *, verbose: bool = False, color: bool = False, 
     if fired:
         pr("")
     for f in fired:
-        for line in _finding(f, verbose):
-            pr(line)
+        for item in _finding(f, verbose):
+            pr(item)
         pr("")
     if verbose:
         pr("[bold]Attention backends for this workload[/]")
@@ -113,8 +113,8 @@ def render_check(report: Report, *, verbose: bool = False, color: bool = False, 
                 if b.available is None:
                     pr(Padding(Text(f"? backend {b.id}: " + "; ".join(b.reasons)), (0, 0, 0, 4)))
             for f in pending:
-                for line in _finding(f, True):
-                    pr(line)
+                for item in _finding(f, True):
+                    pr(item)
         if report.kernel_summary:
             pr("")
             pr("[bold]Kernel timings for the workload shape[/]")

@@ -24,14 +24,14 @@ def summary(report: ClusterReport) -> List[str]:
             lines.append(f"  comm {c.op:<10} {c.bytes / 2**20:.0f} MiB {'ok' if c.ok else 'FAILED'} {bw} {c.detail}")
         if report.comm.ok is None:
             lines.append(f"  comm not run: {report.comm.detail}")
-    for c in report.cp:
+    for cp in report.cp:
         err = (
-            f"max |err| {c.max_abs_error:.2e}, rel {c.max_rel_error:.2e} (tol {c.tolerance:.2e}), {c.ms:.1f} ms"
-            if c.max_abs_error is not None and c.max_rel_error is not None and c.tolerance and c.ms is not None
+            f"max |err| {cp.max_abs_error:.2e}, rel {cp.max_rel_error:.2e} (tol {cp.tolerance:.2e}), {cp.ms:.1f} ms"
+            if cp.max_abs_error is not None and cp.max_rel_error is not None and cp.tolerance and cp.ms is not None
             else ""
         )
-        verdict = {True: "pass", False: "FAIL", None: "not run"}[c.ok]
-        lines.append(f"  cp {c.scheme:<10} {verdict:<7} {err} {c.detail}".rstrip())
+        verdict = {True: "pass", False: "FAIL", None: "not run"}[cp.ok]
+        lines.append(f"  cp {cp.scheme:<10} {verdict:<7} {err} {cp.detail}".rstrip())
     for f in report.findings:
         lines.append(f"  [{f.severity}] {f.rule_id}: {f.message}")
     for n in report.notes:

@@ -188,7 +188,7 @@ def _schema_errors(doc: Any) -> List[Tuple[Sequence[Any], str]]:
     from doctor.rules.schema import RULE_FILE
 
     validator = jsonschema.Draft202012Validator(RULE_FILE)
-    out = []
+    out: List[Tuple[Sequence[Any], str]] = []
     for err in sorted(validator.iter_errors(doc), key=lambda e: len(list(e.absolute_path))):
         best = err
         if err.context:  # oneOf: report the branch that got furthest
