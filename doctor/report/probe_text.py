@@ -121,6 +121,9 @@ def _gpu_part(doc: Mapping[str, Any]) -> List[Any]:
 def _torch_line(doc: Mapping[str, Any]) -> Text:
     torch = doc.get("torch") or {}
     if not torch.get("version"):
+        listed = (doc.get("packages") or {}).get("torch")
+        if listed and "torch" not in doc:  # a hand-written snapshot: the version, but no build facts
+            return Text(f"{listed} (build facts not in the snapshot)")
         return Text(_unknown(doc, "torch") or "not installed", style="dim")
     build = f"CUDA {torch['cuda']}" if torch.get("cuda") else (f"ROCm {torch['hip']}" if torch.get("hip") else "CPU-only build")
     text = Text(f"{torch['version']} ({build}")
@@ -149,7 +152,9 @@ def _cuda_part(doc: Mapping[str, Any]) -> List[Any]:
     if wheels:
         rows.append(("CUDA wheels", ", ".join(f"{k} {v}" for k, v in wheels.items())))
     loaded = cudnn.get("loaded")
-    if loaded:
+    if "cudnn" not in doc:
+        loaded_text = "unknown: not in the snapshot"
+    elif loaded:
         loaded_text = f"{loaded}" + (f"  {cudnn['loaded_path']}" if cudnn.get("loaded_path") else "")
     elif _unknown(doc, "cudnn.loaded"):
         loaded_text = "unknown: " + str(_unknown(doc, "cudnn.loaded"))
@@ -158,7 +163,7 @@ def _cuda_part(doc: Mapping[str, Any]) -> List[Any]:
     rows.append(("cuDNN loaded", loaded_text))
     installed = [f"{w.get('dist')} {w.get('version')}" for w in cudnn.get("wheels") or []]
     installed += [f"{s.get('path')} ({s.get('version') or 'version unknown'})" for s in cudnn.get("system") or []]
-    rows.append(("cuDNN installed", "; ".join(installed) if installed else "none found"))
+    rows.append(("cuDNN installed", "; ".join(installed) if installed else ("unknown: not in the snapshot" if "cudnn" not in doc else "none found")))
     if cudnn.get("bundled"):
         rows.append(("cuDNN torch pins", f"{cudnn.get('bundled_dist') or 'nvidia-cudnn'}=={cudnn['bundled']}"))
     elif (doc.get("torch") or {}).get("version"):

@@ -109,7 +109,7 @@ def area_lines(report: Report) -> List[AreaLine]:
         det = framework_detail(fw, report)
         if det is None and not fs:
             continue
-        version = pkgs.get(fw if fw != "torch-sdpa" else "torch")
+        version = (report.facts.torch.version or pkgs.get("torch")) if fw == "torch-sdpa" else pkgs.get(fw)
         title = AREA_TITLES[fw] + (f" {version}" if version else "")
         mark = worst(fs)
         if det == "no backend for this workload" and mark == "ok":
