@@ -57,7 +57,7 @@ def check(
 
         return run_cluster_check(
             workload_file=workload, model=model, flags=flags, format=format, fail_on=fail_on,
-            strict=strict, kernels=not no_kernels, verbose=verbose, color=use_color(), timeout_s=timeout,
+            strict=strict, kernels=not no_kernels, verbose=verbose, timeout_s=timeout,
         )
     inputs = core.load_inputs(
         env_files=env_files,

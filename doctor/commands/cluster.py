@@ -29,7 +29,6 @@ def run_cluster_check(
     strict: bool,
     kernels: bool,
     verbose: bool,
-    color: bool,
     timeout_s: float = 300.0,
 ) -> int:
     from doctor import app as core
@@ -63,7 +62,7 @@ def run_cluster_check(
         findings=tuple(cluster.findings) + report.findings,
         rule_results=report.rule_results + tuple((f.rule_id, "fired") for f in cluster.findings),
     )
-    emit(_render(report, cluster, format, fail_on, strict, verbose, color))
+    emit(_render(report, cluster, format, fail_on, strict, verbose))
     code = int(ExitCode.FINDINGS if core.fail_count(report, fail_on, strict) else ExitCode.OK)
     if not cluster.complete:
         code = int(ExitCode.INCOMPLETE)
@@ -79,25 +78,23 @@ class _Run:
         self.timings: tuple = ()
 
 
-def _render(report: Any, cluster: Any, format: str, fail_on: str, strict: bool, verbose: bool, color: bool) -> str:
+def _render(report: Any, cluster: Any, format: str, fail_on: str, strict: bool, verbose: bool) -> str:
+    """check's own rendering, with the per-rank table, comm and CP results added."""
+    from doctor.commands.check import _render as render_report
+    from doctor.report.cluster_text import summary
+
     if format == "json":
         from doctor.report.check_json import report_dict
         from doctor.report.json_report import dumps
 
         return dumps({**report_dict(report), "cluster": cluster.to_dict()})
-    from doctor.report.cluster_text import summary
-
+    body = render_report(report, format, fail_on, strict, verbose)
+    table = "\n".join(summary(cluster))
     if format == "markdown":
-        from doctor.report.check_markdown import render_check_markdown
-
-        return render_check_markdown(report) + "\n```\n" + "\n".join(summary(cluster)) + "\n```\n"
+        return body + "\n```\n" + table + "\n```\n"
     if format == "junit":
-        from doctor.report.check_junit import render_check_junit
-
-        return render_check_junit(report, fail_on=fail_on, strict=strict)
-    from doctor.report.check_text import render_check
-
-    return "\n".join(summary(cluster)) + "\n\n" + render_check(report, verbose=verbose, color=color)
+        return body
+    return table + "\n\n" + body
 
 
 def _finish(cluster: Any, code: int) -> int:
