@@ -176,3 +176,18 @@ def test_rank_that_never_joins(tmp_path: Path) -> None:
     assert proc.returncode == 4
     assert [r["status"] for r in report["ranks"]] == ["answered", "never_joined"]
     assert "rank 1" in _finding(report, "CLUSTER-RANK-NEVER-JOINED")["message"]
+
+
+def test_cli_check_distributed_prints_one_report(tmp_path: Path) -> None:
+    """The user's command: `torchrun -m doctor check --distributed`; rank 0 alone prints JSON."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), "-m", "doctor", "check", "--distributed", "--no-kernels", "--static",
+           "--timeout", "60", "--format", "json"]
+    proc = subprocess.run(cmd, env=_env({"NO_COLOR": "1"}), capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
+    doc = json.loads(proc.stdout)  # exactly one JSON document: the other rank printed nothing
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    assert doc["schema_version"] == 1 and doc["summary"]["rules"] > 100
+    cluster = doc["cluster"]
+    assert cluster["complete"] and cluster["world_size"] == 2 and len(cluster["ranks"]) == 2
+    assert cluster["comm"]["ok"] is True
+    assert {c["scheme"] for c in cluster["cp"]} == {"all_gather", "p2p"} and all(c["ok"] for c in cluster["cp"])
