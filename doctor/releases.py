@@ -29,6 +29,7 @@ CATALOGUE_PACKAGES = (
     "transformer-engine",
     "transformers",
     "xtuner",
+    "axolotl",
     "nvidia-cudnn-cu11",
     "nvidia-cudnn-cu12",
     "nvidia-cudnn-cu13",
@@ -256,5 +257,15 @@ def _catalogue(directory: Optional[str]) -> ReleaseCatalogue:
 
 def load_release_catalogue(directory: Optional[Path] = None) -> ReleaseCatalogue:
     """The release catalogue shipped with attn-doctor, or the one in `directory`
-    (written by `attn-doctor releases refresh --output DIR`)."""
-    return _catalogue(str(directory) if directory else None)
+    (written by `attn-doctor releases refresh --output DIR`). A malformed user catalogue is an
+    input error naming the folder; one without torch or flash-attn data is refused."""
+    from doctor.errors import InputError
+
+    try:
+        cat = _catalogue(str(directory) if directory else None)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        where = str(directory or rules_dir() / "releases")
+        raise InputError(f"malformed release catalogue: {type(exc).__name__}: {exc}", path=where, hint="re-create it with `attn-doctor releases refresh --output DIR`") from None
+    if directory is not None and (not cat.torch or not cat.versions("flash-attn")):
+        raise InputError("release catalogue has no torch or flash-attn releases", path=str(directory), hint="re-create it with `attn-doctor releases refresh --output DIR`")
+    return cat

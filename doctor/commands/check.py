@@ -52,6 +52,8 @@ def check(
         raise InputError(f"--fail-on {fail_on!r}", hint="use error, warning or info")
     flags = parse_workload_flags(ctx.args)
     env_files = _expand_env(env or [])
+    if kernels_only and (no_kernels or env_files or assume or assume_env):
+        raise InputError("--kernels-only runs kernels here: it cannot be combined with --no-kernels, --env or --assume")
     if distributed:
         from doctor.commands.cluster import run_cluster_check
 
@@ -83,6 +85,8 @@ def check(
     else:
         report = core.check(inputs, kernel_run=kernel_run, kernels_skipped=skipped)
     if kernels_only:
+        if kernel_run is None:  # a GPU smoke test that ran nothing must not pass
+            raise InputError(f"--kernels-only: no kernel could run here ({skipped})", hint="run it on a machine with a CUDA GPU and torch")
         report = core.kernels_only(report)
     emit(_render(report, format, fail_on, strict, verbose))
     return int(ExitCode.FINDINGS if core.fail_count(report, fail_on, strict) else ExitCode.OK)

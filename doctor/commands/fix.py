@@ -62,18 +62,34 @@ def fix(
     rel = load_release_catalogue(releases)
     diagnosis = diagnose(inputs.catalogue, inputs.facts, inputs.workload)
     plan = plan_fixes(rel, inputs.catalogue, inputs.facts, inputs.workload, diagnosis)
-    plan = with_inputs(plan, _input_args(env, workload, model, rules_dir, ctx.args))
+    plan = with_inputs(plan, _input_args(env, workload, model, rules_dir, ctx.args, assume, assume_env))
     emit(_render(plan, format))
     if pin:
         _write_pins(plan, output or Path("constraints-attn.txt" if constraints else "requirements-attn.txt"), constraints, dry_run, format)
     return int(ExitCode.FINDINGS if plan.unresolved else ExitCode.OK)
 
 
-def _input_args(env: Optional[List[Path]], workload: Optional[Path], model: Optional[Path], rules_dir: Optional[List[Path]], flags: List[str]) -> List[str]:
+def _input_args(
+    env: Optional[List[Path]],
+    workload: Optional[Path],
+    model: Optional[Path],
+    rules_dir: Optional[List[Path]],
+    flags: List[str],
+    assume: Optional[List[str]] = None,
+    assume_env: Optional[List[str]] = None,
+) -> List[str]:
+    """The user's own inputs, so the printed re-check command checks the same environment."""
     import shlex
 
     args: List[str] = []
-    for flag, values in (("--env", env or []), ("--workload", [workload] if workload else []), ("--model", [model] if model else []), ("--rules-dir", rules_dir or [])):
+    for flag, values in (
+        ("--env", env or []),
+        ("--workload", [workload] if workload else []),
+        ("--model", [model] if model else []),
+        ("--rules-dir", rules_dir or []),
+        ("--assume", assume or []),
+        ("--assume-env", assume_env or []),
+    ):
         args += [f"{flag} {shlex.quote(str(v))}" for v in values]
     return args + [shlex.quote(a) for a in flags]
 

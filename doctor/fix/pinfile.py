@@ -240,7 +240,14 @@ def _read_existing(path: Path) -> Optional[str]:
 
 
 def write_pinfile(path: Path, pins: Sequence[Pin], *, constraints: bool = False, dry_run: bool = False) -> PinResult:
-    """Update (or create) `path` with `pins`. The old file is intact whenever this raises."""
+    """Update (or create) `path` with `pins`. The old file is intact whenever this raises.
+
+    A symlink is followed (its target is updated, the link stays); anything that exists and is
+    not a regular file (a device such as /dev/null, a FIFO, a directory) is refused."""
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_file():
+        raise WriteError(f"cannot write {path}: not a regular file", hint="pass a requirements file path with -o")
     old = _read_existing(path)
     new, warnings = render_pinfile(old, pins, constraints=constraints, base_dir=path.parent)
     diff = "".join(

@@ -114,6 +114,12 @@ def _make_loader() -> type:
         d.key_lines = {}
         for key_node, value_node in node.value:
             key = loader.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                raise RuleError(
+                    "mapping keys must be plain scalars",
+                    line=key_node.start_mark.line + 1,
+                    hint="remove the complex '?' key",
+                )
             if key in d:
                 raise RuleError(
                     f"duplicate key {key!r}",
@@ -240,8 +246,21 @@ def _check_semantics(path: Path, doc: Mapping[str, Any]) -> None:
             except re.error as exc:
                 raise _fail(path, doc, where, f"bad regular expression: {exc}") from None
 
+    placeholder = re.compile(r"\{([a-z_]+):([^{}]+)\}|\{([A-Za-z0-9_.\-]+)\}")
     for i, rule in enumerate(doc.get("rules", ()) or ()):
         walk(rule.get("when"), ["rules", i, "when"])
+        if rule.get("silent_wrong_results") and rule.get("severity") != "error":
+            raise _fail(path, doc, ["rules", i, "severity"], "a rule about silent wrong results must be an error")
+        texts = [rule.get("title", ""), rule.get("message", "")]
+        texts += [str(f.get(k, "")) for f in rule.get("fixes", ()) or () for k in ("description", "cost")]
+        texts += [str(c) for f in rule.get("fixes", ()) or () for c in f.get("config", ()) or ()]
+        for text in texts:
+            for m in placeholder.finditer(str(text)):
+                func, path_ = m.group(1), m.group(3)
+                if func is not None and func not in ("reasons", "selected"):
+                    raise _fail(path, doc, ["rules", i], f"unknown placeholder function {{{func}:...}}", hint="use {reasons:FRAMEWORK} or {selected:FRAMEWORK}")
+                if path_ is not None and not is_known_fact_path(path_):
+                    raise _fail(path, doc, ["rules", i], f"unknown fact in placeholder {{{path_}}}", hint="see docs/rules.md for fact names")
         for j, fix in enumerate(rule.get("fixes", ()) or ()):
             for pin in fix.get("pins", ()) or ():
                 if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?\s*(==|>=|<=|~=|!=|<|>)\s*[0-9][^\s;]*$", pin):
@@ -387,6 +406,9 @@ def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> 
 
     fw_ids = {fw.id for fw in frameworks}
     for r in rules:
+        for fw_ref in re.findall(r"\{(?:reasons|selected):([^{}]+)\}", r.title + " " + r.message):
+            if fw_ref not in fw_ids:
+                raise RuleError(f"rule {r.id}: placeholder names unknown framework {fw_ref!r}", path=r.path, line=r.line, hint="known: " + ", ".join(sorted(fw_ids)))
         if r.disables and r.disables not in backend_ids:
             raise RuleError(
                 f"rule {r.id}: disables unknown backend {r.disables!r}",

@@ -89,3 +89,20 @@ def test_cache_is_used_and_invalidated_on_edit(tmp_path: Path, monkeypatch: pyte
 
     os.utime(rules / "r.yaml", ns=(1, 1))
     assert load_catalogue([rules], builtin=False).rule("MY-RULE").severity == "error"
+
+
+@pytest.mark.parametrize(
+    "edit,needle",
+    [
+        (lambda s: s.replace("message: m", "message: torch {package.torch} on {gpu.smm}"), "unknown fact in placeholder {gpu.smm}"),
+        (lambda s: s.replace("message: m", "message: '{reasons:no-such-fw}'"), "unknown framework 'no-such-fw'"),
+        (lambda s: s.replace("severity: warning", "severity: warning\n    silent_wrong_results: true"), "must be an error"),
+        (lambda s: s.replace("    title: t\n", "    title: t\n    ? [a, b]\n    : 1\n"), "plain scalars"),
+    ],
+)
+def test_lint_catches_what_a_user_would_see_broken(tmp_path: Path, edit, needle: str) -> None:  # type: ignore[no-untyped-def]
+    p = tmp_path / "r.yaml"
+    p.write_text(edit(GOOD))
+    with pytest.raises(RuleError) as exc:
+        load_catalogue([p], builtin=True, use_cache=False)
+    assert needle in exc.value.one_line() and f"{p}:" in exc.value.one_line()

@@ -141,3 +141,17 @@ def test_a_directory_or_binary_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(WriteError):
         write_pinfile(blob, [FA])
     assert blob.read_bytes() == b"\xff\xfe\x00"
+
+
+def test_device_files_are_refused_and_symlinks_followed(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(WriteError, match="not a regular file"):
+        write_pinfile(fifo, [Pin("flash-attn", "2.5.8", ("R",))])
+    assert fifo.is_fifo()
+    real = tmp_path / "real.txt"
+    real.write_text("numpy==1.26.4\n")
+    link = tmp_path / "link.txt"
+    link.symlink_to(real)
+    write_pinfile(link, [Pin("flash-attn", "2.5.8", ("R",))])
+    assert link.is_symlink() and "flash-attn==2.5.8" in real.read_text() and "numpy==1.26.4" in real.read_text()

@@ -42,8 +42,10 @@ def report():  # type: ignore[no-untyped-def]
 
 def golden(name: str, text: str) -> None:
     path = GOLDEN / name
-    if os.environ.get("UPDATE_GOLDEN") or not path.exists():
+    if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(text, encoding="utf-8")
+    if not path.exists():
+        pytest.fail(f"golden file {path} is missing; create it with UPDATE_GOLDEN=1 and review it")
     assert text == path.read_text(encoding="utf-8"), f"{name} changed; UPDATE_GOLDEN=1 to accept"
 
 

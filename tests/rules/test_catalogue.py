@@ -71,8 +71,8 @@ def test_every_pin_names_a_release_that_exists() -> None:
             for pin in fix.pins:
                 name, _, version = pin.partition("==")
                 name = normalize_dist(name.split("[")[0])
-                if name in known:
-                    assert version in known[name], f"{rule.id}: {pin} is not a published release"
+                assert name in known, f"{rule.id}: {pin} names a package the release catalogue does not list"
+                assert version in known[name], f"{rule.id}: {pin} is not a published release"
 
 
 def test_no_prose_is_cut_short_by_a_yaml_comment() -> None:
