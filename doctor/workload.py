@@ -83,7 +83,12 @@ def _int(key: str, value: Any, path: Optional[str], line: Optional[int], minimum
         raise _bad(key, value, "expected an integer", path, line) from None
     if n < minimum:
         raise _bad(key, value, f"must be >= {minimum}", path, line)
+    if n > LIMITS.get(key, 1 << 31):
+        raise _bad(key, value, f"must be <= {LIMITS.get(key, 1 << 31)}", path, line)
     return n
+
+
+LIMITS = {"head_dim": 4096, "head_dim_qk": 4096, "head_dim_v": 4096, "num_heads": 65536, "num_kv_heads": 65536}
 
 
 def _bool(key: str, value: Any, path: Optional[str], line: Optional[int]) -> bool:
@@ -95,12 +100,17 @@ def _bool(key: str, value: Any, path: Optional[str], line: Optional[int]) -> boo
 
 
 def _float(key: str, value: Any, path: Optional[str], line: Optional[int]) -> float:
+    import math
+
     if isinstance(value, bool):
         raise _bad(key, value, "expected a number", path, line)
     try:
-        return float(value)
+        x = float(value)
     except (TypeError, ValueError):
         raise _bad(key, value, "expected a number", path, line) from None
+    if not math.isfinite(x) or x < 0:
+        raise _bad(key, value, "expected a finite number >= 0", path, line)
+    return x
 
 
 def build(
@@ -231,7 +241,9 @@ def workload_from_model(path: Path) -> Dict[str, Any]:
     text_cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else None
     c = {**cfg, **(text_cfg or {})}
     out: Dict[str, Any] = {}
-    heads = c.get("num_attention_heads") or c.get("n_head") or c.get("num_heads")
+    heads = c.get("num_attention_heads") or c.get("n_head") or c.get("n_heads") or c.get("num_heads")
+    if heads is not None and (isinstance(heads, bool) or not isinstance(heads, int) or heads < 1):
+        raise InputError(f"num_attention_heads={heads!r}: expected a positive integer", path=str(cfg_path))
     if isinstance(heads, int):
         out["num_heads"] = heads
         kv = c.get("num_key_value_heads") or c.get("num_kv_heads") or c.get("multi_query_group_num")
@@ -244,7 +256,7 @@ def workload_from_model(path: Path) -> Dict[str, Any]:
     elif isinstance(c.get("head_dim"), int):
         out["head_dim"] = c["head_dim"]
     elif isinstance(heads, int):
-        hidden = c.get("hidden_size") or c.get("n_embd") or c.get("d_model")
+        hidden = c.get("hidden_size") or c.get("n_embd") or c.get("d_model")  # d_model: MPT
         if isinstance(hidden, int) and hidden % heads == 0:
             out["head_dim"] = hidden // heads
     window = c.get("sliding_window")
@@ -259,7 +271,14 @@ def workload_from_model(path: Path) -> Dict[str, Any]:
     impl = c.get("_attn_implementation") or c.get("attn_implementation")
     if isinstance(impl, str) and impl in ATTN_IMPLEMENTATIONS:
         out["attn_implementation"] = impl
-    if c.get("alibi") is True or c.get("position_embedding_type") == "alibi":
+    attn_cfg = c.get("attn_config") if isinstance(c.get("attn_config"), dict) else {}
+    uses_alibi = (
+        c.get("alibi") is True  # Falcon and others that make it a flag
+        or c.get("position_embedding_type") == "alibi"
+        or attn_cfg.get("alibi") is True  # MPT
+        or (c.get("model_type") == "bloom" and c.get("alibi") is not False)  # BLOOM always uses ALiBi
+    )
+    if uses_alibi:
         out["alibi"] = True
     max_pos = c.get("max_position_embeddings")
     if isinstance(max_pos, int) and max_pos > 0:

@@ -85,3 +85,32 @@ def test_model_config_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError) as exc:
         resolve_workload(model=bad)
     assert exc.value.line == 1 and "invalid JSON" in exc.value.message
+
+
+@pytest.mark.parametrize(
+    "cfg,alibi",
+    [
+        ({"model_type": "bloom", "n_head": 32, "hidden_size": 4096}, True),
+        ({"model_type": "mpt", "n_heads": 32, "d_model": 4096, "attn_config": {"alibi": True}}, True),
+        ({"model_type": "falcon", "num_attention_heads": 71, "hidden_size": 4544, "alibi": False}, False),
+    ],
+)
+def test_alibi_models(tmp_path: Path, cfg: dict, alibi: bool) -> None:
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    assert workload_from_model(p).get("alibi", False) is alibi
+
+
+@pytest.mark.parametrize("text", ["softcap: .nan\n", "softcap: -1\n", "head_dim: 100000\n"])
+def test_out_of_range_values_are_refused(tmp_path: Path, text: str) -> None:
+    f = tmp_path / "w.yaml"
+    f.write_text(text)
+    with pytest.raises(InputError):
+        resolve_workload(workload_file=f)
+
+
+def test_bad_head_count_in_model_config_is_an_error(tmp_path: Path) -> None:
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"num_attention_heads": 8.5, "hidden_size": 4096}))
+    with pytest.raises(InputError, match="positive integer"):
+        resolve_workload(model=p)

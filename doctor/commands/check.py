@@ -50,6 +50,8 @@ def check(
         raise InputError(f"unknown format {format!r}", hint="use one of: " + ", ".join(FORMATS))
     if fail_on not in ("error", "warning", "info"):
         raise InputError(f"--fail-on {fail_on!r}", hint="use error, warning or info")
+    if timeout <= 0:
+        raise InputError(f"--timeout {timeout:g}: must be a positive number of seconds")
     flags = parse_workload_flags(ctx.args)
     env_files = _expand_env(env or [])
     if kernels_only and (no_kernels or env_files or assume or assume_env):
