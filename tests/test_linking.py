@@ -67,3 +67,10 @@ def test_failure_of_a_known_issue_outside_the_workload_names_the_rule() -> None:
     r = report_with(CaseResult(case, "sdpa.cudnn", "failed", "dq: rel err 4.1", max_rel_error=4.1))
     f = finding(r, "KERNEL-NUM-SDPA-CUDNN-NESTED-BACKWARD")
     assert f.severity == "warning" and f.fixes and "NUM-SDPA-CUDNN-NESTED-BACKWARD" in f.message
+
+
+def test_failure_of_an_adapter_never_run_on_a_gpu_is_a_warning_that_says_so() -> None:
+    case = "te.fused/bf16/hd128/causal/fwdbwd"
+    r = report_with(CaseResult(case, "te.fused", "crashed", "TypeError: forward() got an unexpected keyword"))
+    f = finding(r, "KERNEL-TE-FUSED-CRASHED")
+    assert f.severity == "warning" and "not yet run on a real GPU" in f.message
