@@ -3,8 +3,8 @@
 - A finding whose rule names kernel cases (`kernels:` globs) is `confirmed` when a matching
   case failed or was refused, `refuted` when every matching case passed (observed working
   here: downgraded to info), `not_run` when no matching case ran.
-- A backend the rules switched off whose cases passed is flagged as a prediction mismatch;
-  a backend the rules called available whose cases were refused or failed likewise.
+- A backend's kernel evidence: refusals the backend rules predicted are "confirmed"; a refusal
+  of a backend the rules called available is shown as a mismatch (`check -v`).
 - A case that failed (wrong numbers), crashed or timed out where no rule predicted it becomes a
   finding of its own with the library's error text.
 - Per-backend timings for the workload shape and the fastest backend that passed.
@@ -76,6 +76,9 @@ def link_kernels(report: Report, cat: Catalogue, kernel_run: Any) -> Report:
             if predicted and any(_matches(c.id, p) for p in predicted) and c.status in REFUSED + BAD:
                 ev.append(f"confirmed: {_describe(c)}")
                 explained.add(c.id)
+            elif c.status in REFUSED and b.available:
+                # the rules expected this backend to take the workload; the library said no
+                ev.append(f"refused here although the rules expected it to work: {_describe(c)}")
         backends.append(replace(b, evidence=tuple(ev)))
     from doctor.rules.conditions import Context
     from doctor.rules.evaluate import render

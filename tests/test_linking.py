@@ -70,7 +70,21 @@ def test_failure_of_a_known_issue_outside_the_workload_names_the_rule() -> None:
 
 
 def test_failure_of_an_adapter_never_run_on_a_gpu_is_a_warning_that_says_so() -> None:
-    case = "te.fused/bf16/hd128/causal/fwdbwd"
-    r = report_with(CaseResult(case, "te.fused", "crashed", "TypeError: forward() got an unexpected keyword"))
-    f = finding(r, "KERNEL-TE-FUSED-CRASHED")
+    case = "flash_attn.fa2/bf16/hd128/causal/fwdbwd"
+    r = report_with(CaseResult(case, "flash_attn.fa2", "crashed", "TypeError: forward() got an unexpected keyword"))
+    f = finding(r, "KERNEL-FLASH-ATTN-FA2-CRASHED")
     assert f.severity == "warning" and "not yet run on a real GPU" in f.message
+
+
+def test_a_refusal_the_backend_rules_predicted_is_shown_as_confirmed() -> None:
+    doc = json.loads(SEED.with_suffix(".snapshot.json").read_text())
+    inputs = Inputs(
+        facts=facts_from_snapshot(doc),
+        workload=resolve_workload(flags={"head_dim": 320, "mask": "no_mask"}),
+        catalogue=load_catalogue(),
+    )
+    case = "sdpa.flash/bf16/hd320/no_mask/fwd"
+    r = check(inputs, kernel_run=FakeRun(results=(CaseResult(case, "sdpa.flash", "unsupported", "head_dim should be no more than 256"),)))
+    flash = next(b for b in r.backends if b.id == "sdpa.flash")
+    assert flash.available is False and any(case in e and e.startswith("confirmed") for e in flash.evidence)
+    assert not [f for f in r.findings if f.rule_id.startswith("KERNEL-")]  # predicted: no surprise finding
