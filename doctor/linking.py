@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from fnmatch import fnmatchcase
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from doctor.model import BackendStatus, CaseResult, Finding, Report
 from doctor.rules.loader import Catalogue
@@ -64,22 +64,28 @@ def link_kernels(report: Report, cat: Catalogue, kernel_run: Any) -> Report:
                 )
             )
     backends: List[BackendStatus] = []
-    rule_kernels = {r.id: r.kernels for r in cat.rules if r.kernels}
+    specs = {spec.id: spec for spec in getattr(kernel_run, "cases", ())}
+    predict = _Predictor(cat, report)
     for b in report.backends:
         cases = [c for c in results if c.backend == b.id and c.status != "skipped"]
-        if not cases:
-            backends.append(b)
-            continue
         ev: List[str] = []
-        predicted = [rule_kernels[r] for r in b.rule_ids if r in rule_kernels]
         for c in cases:
-            if predicted and any(_matches(c.id, p) for p in predicted) and c.status in REFUSED + BAD:
-                ev.append(f"confirmed: {_describe(c)}")
+            spec = specs.get(c.id)
+            if spec is None:
+                continue
+            # What the backend rules say for this case's own shape (not the workload's).
+            status = predict.backend(spec, b.id)
+            if status is None or status.available is None:
+                continue
+            why = ", ".join(status.rule_ids)
+            if not status.available and c.status in REFUSED + BAD:
+                ev.append(f"confirmed ({why}): {_describe(c)}")
                 explained.add(c.id)
-            elif c.status in REFUSED and b.available:
-                # the rules expected this backend to take the workload; the library said no
-                ev.append(f"refused here although the rules expected it to work: {_describe(c)}")
-        backends.append(replace(b, evidence=tuple(ev)))
+            elif not status.available and c.status == "passed":
+                ev.append(f"refuted ({why} said it is out, the case passed): {c.id}")
+            elif status.available and c.status in REFUSED:
+                ev.append(f"mismatch (the rules expected it to work): {_describe(c)}")
+        backends.append(replace(b, evidence=tuple(ev)) if ev else b)
     from doctor.rules.conditions import Context
     from doctor.rules.evaluate import render
 
@@ -150,6 +156,44 @@ def link_kernels(report: Report, cat: Catalogue, kernel_run: Any) -> Report:
         rule_results=report.rule_results + extra_results,
         kernel_summary=_timings(kernel_run),
     )
+
+
+class _Predictor:
+    """The backend model evaluated for one kernel case's shape, memoised per shape."""
+
+    def __init__(self, cat: Catalogue, report: Report) -> None:
+        self.cat = cat
+        self.report = report
+        self.memo: Dict[Tuple[Any, ...], Dict[str, BackendStatus]] = {}
+
+    def backend(self, spec: Any, backend_id: str) -> Optional[BackendStatus]:
+        from doctor.model import ContextParallel
+        from doctor.rules.evaluate import diagnose
+
+        key = (spec.dtype, spec.batch, spec.heads_q, spec.heads_kv, spec.seq_q, spec.seq_kv, spec.head_dim_qk,
+               spec.head_dim_v, spec.mask, spec.window, spec.softcap, spec.dropout, spec.layout, spec.direction)
+        if key not in self.memo:
+            w = replace(
+                self.report.workload,
+                dtype=spec.dtype,
+                batch_size=spec.batch,
+                num_heads=spec.heads_q,
+                num_kv_heads=spec.heads_kv,
+                seq_len_q=spec.seq_q,
+                seq_len_kv=spec.seq_kv,
+                head_dim_qk=spec.head_dim_qk,
+                head_dim_v=spec.head_dim_v,
+                mask=spec.mask,
+                window_size=tuple(spec.window) if spec.window else None,
+                softcap=spec.softcap,
+                dropout=spec.dropout,
+                qkv_packed=spec.layout == "strided-qkv",
+                varlen=spec.layout == "varlen",
+                training=spec.direction == "fwdbwd",
+                context_parallel=ContextParallel(),
+            )
+            self.memo[key] = {b.id: b for b in diagnose(self.cat, self.report.facts, w).backends}
+        return self.memo[key].get(backend_id)
 
 
 def _timings(kernel_run: Any) -> Tuple[Tuple[str, str], ...]:

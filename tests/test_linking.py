@@ -21,6 +21,7 @@ class FakeRun:
     results: Tuple[CaseResult, ...]
     fastest: tuple = ()
     timings: tuple = ()
+    cases: tuple = ()
 
 
 def report_with(*results: CaseResult):  # type: ignore[no-untyped-def]
@@ -76,15 +77,23 @@ def test_failure_of_an_adapter_never_run_on_a_gpu_is_a_warning_that_says_so() ->
     assert f.severity == "warning" and "not yet run on a real GPU" in f.message
 
 
-def test_a_refusal_the_backend_rules_predicted_is_shown_as_confirmed() -> None:
+def test_each_case_is_judged_against_the_prediction_for_its_own_shape() -> None:
+    from doctor.verify import CaseSpec
+
     doc = json.loads(SEED.with_suffix(".snapshot.json").read_text())
-    inputs = Inputs(
-        facts=facts_from_snapshot(doc),
-        workload=resolve_workload(flags={"head_dim": 320, "mask": "no_mask"}),
-        catalogue=load_catalogue(),
+    inputs = Inputs(facts=facts_from_snapshot(doc), workload=resolve_workload(), catalogue=load_catalogue())  # hd 128
+    hd320 = CaseSpec(id="sdpa.flash/bf16/hd320/no_mask/fwd", backend="sdpa.flash", head_dim_qk=320, head_dim_v=320, mask="no_mask", direction="fwd")
+    hd128 = CaseSpec(id="sdpa.flash/bf16/hd128/causal/fwdbwd", backend="sdpa.flash")
+    run = FakeRun(
+        results=(
+            CaseResult(hd320.id, "sdpa.flash", "unsupported", "head_dim should be no more than 256"),
+            CaseResult(hd128.id, "sdpa.flash", "unsupported", "No available kernel"),
+        ),
+        cases=(hd320, hd128),
     )
-    case = "sdpa.flash/bf16/hd320/no_mask/fwd"
-    r = check(inputs, kernel_run=FakeRun(results=(CaseResult(case, "sdpa.flash", "unsupported", "head_dim should be no more than 256"),)))
+    r = check(inputs, kernel_run=run)
     flash = next(b for b in r.backends if b.id == "sdpa.flash")
-    assert flash.available is False and any(case in e and e.startswith("confirmed") for e in flash.evidence)
-    assert not [f for f in r.findings if f.rule_id.startswith("KERNEL-")]  # predicted: no surprise finding
+    assert flash.available is True  # for the workload's own shape
+    assert any(e.startswith("confirmed (SDPA-FLASH-HEAD-DIM)") and hd320.id in e for e in flash.evidence)
+    assert any(e.startswith("mismatch") and hd128.id in e for e in flash.evidence)
+    assert not [f for f in r.findings if f.rule_id.startswith("KERNEL-")]  # refusals are not failures
