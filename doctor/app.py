@@ -37,7 +37,8 @@ class Inputs:
     facts: Facts
     workload: Workload
     catalogue: "Catalogue"
-    assumed: Tuple[str, ...] = ()
+    pins: Tuple[str, ...] = ()  # --assume, as given
+    env_changes: Tuple[Tuple[str, Optional[str]], ...] = ()  # --assume-env, parsed (None: unset)
     snapshot: Optional[Mapping[str, Any]] = None  # the probed or loaded document
 
 
@@ -52,7 +53,7 @@ def load_inputs(
     loaded: bool = True,
 ) -> Inputs:
     """Everything `check` and `fix` need. Input errors raise InputError (exit 2)."""
-    from doctor.assume import apply_env, apply_pins, parse_env_assignment, parse_pin
+    from doctor.assume import parse_env_assignment, parse_pin
     from doctor.rules.loader import load_catalogue
     from doctor.workload import resolve_workload
 
@@ -68,15 +69,15 @@ def load_inputs(
     else:
         doc = probe_snapshot(loaded=loaded)
         source = "probe"
-    facts = facts_from_snapshot(doc, source=source)
-    assumed: List[str] = []
-    if assume:
-        facts = apply_pins(facts, assume)
-        assumed.extend(assume)
-    if env_changes:
-        facts = apply_env(facts, env_changes)
-        assumed.extend(f"{k}={v}" if v is not None else f"unset {k}" for k, v in env_changes.items())
-    return Inputs(facts=facts, workload=workload, catalogue=catalogue, assumed=tuple(assumed), snapshot=doc)
+    inputs = Inputs(
+        facts=facts_from_snapshot(doc, source=source),
+        workload=workload,
+        catalogue=catalogue,
+        pins=tuple(assume),
+        env_changes=tuple(env_changes.items()),
+        snapshot=doc,
+    )
+    return replace(inputs, facts=apply_assumed(inputs.facts, inputs))
 
 
 def check(inputs: Inputs, *, kernel_run: Optional[Any] = None, kernels_skipped: Optional[str] = None) -> Report:
@@ -91,7 +92,7 @@ def check(inputs: Inputs, *, kernel_run: Optional[Any] = None, kernels_skipped: 
         backends=diagnosis.backends,
         findings=findings,
         kernels_skipped=kernels_skipped,
-        assumed=inputs.assumed,
+        assumed=inputs.pins + tuple(f"{k}={v}" if v is not None else f"unset {k}" for k, v in inputs.env_changes),
         rule_results=tuple((r.rule_id, r.status) for r in diagnosis.results),
     )
     if kernel_run is not None:
@@ -118,10 +119,6 @@ def fail_count(report: Report, fail_on: str, strict: bool) -> int:
     return n
 
 
-def with_kernels_skipped(report: Report, reason: str) -> Report:
-    return replace(report, kernels_skipped=reason)
-
-
 def kernels_only(report: Report) -> Report:
     """Keep what the kernels saw: findings they confirmed or raised, and the cases."""
     keep = tuple(f for f in report.findings if f.status == "confirmed" or f.rule_id.startswith("KERNEL-"))
@@ -143,7 +140,7 @@ def check_fleet(inputs: Inputs, env_files: Sequence[Path]) -> Report:
     results: Dict[str, str] = {}
     first: Optional[Report] = None
     for (path, doc), label in zip(docs, labels):
-        facts = inputs.facts if first is None else apply_assumed(facts_from_snapshot(doc, source=path), inputs.assumed)
+        facts = inputs.facts if first is None else apply_assumed(facts_from_snapshot(doc, source=path), inputs)
         rep = check(replace(inputs, facts=facts, snapshot=doc))
         first = first or rep
         for f in rep.findings:
@@ -166,15 +163,12 @@ def check_fleet(inputs: Inputs, env_files: Sequence[Path]) -> Report:
     return replace(first, findings=hetero + tuple(findings), rule_results=rule_results)
 
 
-def apply_assumed(facts: Facts, assumed: Sequence[str]) -> Facts:
-    """Re-apply the --assume / --assume-env of these inputs to another snapshot's facts."""
-    from doctor.assume import apply_env, apply_pins, parse_env_assignment
+def apply_assumed(facts: Facts, inputs: Inputs) -> Facts:
+    """`facts` with the inputs' --assume pins and --assume-env settings applied."""
+    from doctor.assume import apply_env, apply_pins
 
-    pins = [a for a in assumed if "==" in a]
-    envs = dict(parse_env_assignment(a) for a in assumed if "==" not in a and not a.startswith("unset "))
-    envs.update({a[len("unset "):]: None for a in assumed if a.startswith("unset ")})
-    if pins:
-        facts = apply_pins(facts, pins)
-    if envs:
-        facts = apply_env(facts, envs)
+    if inputs.pins:
+        facts = apply_pins(facts, inputs.pins)
+    if inputs.env_changes:
+        facts = apply_env(facts, dict(inputs.env_changes))
     return facts

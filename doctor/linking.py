@@ -16,7 +16,7 @@ from dataclasses import replace
 from fnmatch import fnmatchcase
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from doctor.model import BackendStatus, CaseResult, Finding, Report
+from doctor.model import BackendStatus, CaseResult, Finding, Report, Workload
 from doctor.rules.loader import Catalogue
 
 BAD = ("failed", "crashed", "timeout")
@@ -164,36 +164,34 @@ class _Predictor:
     def __init__(self, cat: Catalogue, report: Report) -> None:
         self.cat = cat
         self.report = report
-        self.memo: Dict[Tuple[Any, ...], Dict[str, BackendStatus]] = {}
+        self.memo: Dict[Workload, Dict[str, BackendStatus]] = {}
 
     def backend(self, spec: Any, backend_id: str) -> Optional[BackendStatus]:
         from doctor.model import ContextParallel
         from doctor.rules.evaluate import diagnose
 
-        key = (spec.dtype, spec.batch, spec.heads_q, spec.heads_kv, spec.seq_q, spec.seq_kv, spec.head_dim_qk,
-               spec.head_dim_v, spec.mask, spec.window, spec.softcap, spec.dropout, spec.layout, spec.direction)
-        if key not in self.memo:
-            w = replace(
-                self.report.workload,
-                dtype=spec.dtype,
-                batch_size=spec.batch,
-                num_heads=spec.heads_q,
-                num_kv_heads=spec.heads_kv,
-                seq_len_q=spec.seq_q,
-                seq_len_kv=spec.seq_kv,
-                head_dim_qk=spec.head_dim_qk,
-                head_dim_v=spec.head_dim_v,
-                mask=spec.mask,
-                window_size=tuple(spec.window) if spec.window else None,
-                softcap=spec.softcap,
-                dropout=spec.dropout,
-                qkv_packed=spec.layout == "strided-qkv",
-                varlen=spec.layout == "varlen",
-                training=spec.direction == "fwdbwd",
-                context_parallel=ContextParallel(),
-            )
-            self.memo[key] = {b.id: b for b in diagnose(self.cat, self.report.facts, w).backends}
-        return self.memo[key].get(backend_id)
+        w = replace(
+            self.report.workload,
+            dtype=spec.dtype,
+            batch_size=spec.batch,
+            num_heads=spec.heads_q,
+            num_kv_heads=spec.heads_kv,
+            seq_len_q=spec.seq_q,
+            seq_len_kv=spec.seq_kv,
+            head_dim_qk=spec.head_dim_qk,
+            head_dim_v=spec.head_dim_v,
+            mask=spec.mask,
+            window_size=tuple(spec.window) if spec.window else None,
+            softcap=spec.softcap,
+            dropout=spec.dropout,
+            qkv_packed=spec.layout == "strided-qkv",
+            varlen=spec.layout == "varlen",
+            training=spec.direction == "fwdbwd",
+            context_parallel=ContextParallel(),
+        )
+        if w not in self.memo:  # one diagnosis per distinct shape (Workload is frozen, hashable)
+            self.memo[w] = {b.id: b for b in diagnose(self.cat, self.report.facts, w).backends}
+        return self.memo[w].get(backend_id)
 
 
 def _timings(kernel_run: Any) -> Tuple[Tuple[str, str], ...]:

@@ -78,7 +78,7 @@ def check(
         skipped = "--no-kernels"
     elif env_files:
         skipped = "facts come from a snapshot: kernels run only where the GPU is"
-    elif inputs.assumed:
+    elif inputs.pins or inputs.env_changes:
         skipped = "--assume: the kernels would test what is installed, not what is assumed"
     else:
         kernel_run, skipped = _run_kernels(inputs, quiet=format != "text" or not use_color())
