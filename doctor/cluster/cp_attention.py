@@ -346,19 +346,12 @@ def _compare(cfg: CpConfig, scheme: str, world: int, parts: List[Any], ref: Any,
         detail = f"max relative error {max_rel:.3g} exceeds {tol:.3g} for {cfg.dtype}"
     else:
         detail = ""
-    return CpResult(
-        scheme=scheme,
-        causal=cfg.causal,
-        dtype=cfg.dtype,
-        world_size=world,
-        seq_len=cfg.seq_len,
-        heads=cfg.heads,
-        head_dim=cfg.head_dim,
+    return replace(
+        _not_run(cfg, scheme, world, detail),
         ok=ok,
         max_abs_error=max_abs,
         max_rel_error=max_rel,
         tolerance=tol,
         ms=ms,
         kernel=kernel,
-        detail=detail,
     )
