@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from doctor.errors import RuleError
-from doctor.model import Fix
+from doctor.errors import InputError, RuleError
+from doctor.model import Fix, Pin, Severity
+from doctor.versions import parse_pin
 
-CACHE_FORMAT = 3
+CACHE_FORMAT = 4
 
 
 # --------------------------------------------------------------------------- values
@@ -62,11 +63,10 @@ class Rule:
     tests: Mapping[str, Any]
     path: str
     line: int
-    severity: Optional[str] = None  # findings
+    severity: Optional[Severity] = None  # findings
     disables: Optional[str] = None  # backend rules: the backend id this rule switches off
     area: str = "general"
     fixes: Tuple[Fix, ...] = ()
-    fix_workloads: Tuple[Mapping[str, Any], ...] = ()  # per fix: workload changes it implies
     kernels: Tuple[str, ...] = ()
     silent_wrong_results: bool = False
 
@@ -223,7 +223,8 @@ def _fail(path: Path, doc: Any, where: Sequence[Any], msg: str, hint: Optional[s
 
 
 def _check_semantics(path: Path, doc: Mapping[str, Any]) -> None:
-    from doctor.rules.conditions import is_known_fact_path, validate_spec
+    from doctor.rules.conditions import is_known_fact_path
+    from doctor.versions import validate_spec
 
     def walk(cond: Any, where: List[Any]) -> None:
         if not isinstance(cond, dict):
@@ -263,10 +264,19 @@ def _check_semantics(path: Path, doc: Mapping[str, Any]) -> None:
                     raise _fail(path, doc, ["rules", i], f"unknown fact in placeholder {{{path_}}}", hint="see docs/rules.md for fact names")
         for j, fix in enumerate(rule.get("fixes", ()) or ()):
             for pin in fix.get("pins", ()) or ():
-                if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?\s*(==|>=|<=|~=|!=|<|>)\s*[0-9][^\s;]*$", pin):
+                try:
+                    parse_pin(str(pin), what="pin")
+                except InputError:
                     raise _fail(
-                        path, doc, ["rules", i, "fixes", j], f"pin {pin!r} is not NAME==VERSION", hint="pins are requirement lines"
-                    )
+                        path, doc, ["rules", i, "fixes", j], f"pin {pin!r} is not NAME==VERSION", hint="a fix pins one exact release"
+                    ) from None
+            if fix.get("workload"):
+                from doctor.workload import build
+
+                try:
+                    build(fix["workload"], source="fix")
+                except InputError as exc:
+                    raise _fail(path, doc, ["rules", i, "fixes", j, "workload"], exc.message, hint="workload keys as in docs/workload.md") from None
     for i, fw in enumerate(doc.get("frameworks", ()) or ()):
         walk(fw.get("installed"), ["frameworks", i, "installed"])
         for j, b in enumerate(fw.get("backends", ())):
@@ -314,20 +324,20 @@ def _build(path: Path, doc: Mapping[str, Any]) -> Tuple[List[Framework], List[Ru
                 tests=_plain(r["tests"]),
                 path=str(path),
                 line=getattr(r, "line", 0),
-                severity=r.get("severity"),
+                severity=Severity(r["severity"]) if r.get("severity") else None,
                 disables=r.get("disables"),
                 area=r.get("area", "general"),
                 fixes=tuple(
                     Fix(
                         description=" ".join(f["description"].split()),
-                        pins=tuple(f.get("pins", ())),
+                        pins=tuple(parse_pin(str(p), what="pin") for p in f.get("pins", ())),
                         env=dict(f.get("env", {})),
                         config=tuple(f.get("config", ())),
+                        workload=_plain(f.get("workload", {})),
                         cost=f.get("cost"),
                     )
                     for f in fixes
                 ),
-                fix_workloads=tuple(_plain(f.get("workload", {})) for f in fixes),
                 kernels=tuple(r.get("kernels", ())),
                 silent_wrong_results=bool(r.get("silent_wrong_results", False)),
             )
@@ -481,10 +491,18 @@ def _from_json(doc: Mapping[str, Any]) -> Catalogue:
             **{
                 **r,
                 "sources": tuple(r["sources"]),
+                "severity": Severity(r["severity"]) if r["severity"] else None,
                 "fixes": tuple(
-                    Fix(**{**x, "pins": tuple(x["pins"]), "config": tuple(x["config"])}) for x in r["fixes"]
+                    Fix(
+                        **{
+                            **x,
+                            "pins": tuple(Pin(p["name"], p["version"], tuple(p["extras"])) for p in x["pins"]),
+                            "config": tuple(x["config"]),
+                            "brings_up": tuple(x["brings_up"]),
+                        }
+                    )
+                    for x in r["fixes"]
                 ),
-                "fix_workloads": tuple(r["fix_workloads"]),
                 "kernels": tuple(r["kernels"]),
             }
         )
