@@ -230,20 +230,16 @@ def default_workload() -> Workload:
 
 
 def load_workload_file(path: Path, base: Optional[Workload] = None) -> Workload:
-    from doctor.rules.loader import _LineDict, read_yaml
-    from doctor.errors import RuleError
+    from doctor.yamlio import LineDict, read_yaml
 
-    try:
-        doc = read_yaml(path)
-    except RuleError as exc:  # same reader, but a workload is user input: exit 2 either way
-        raise InputError(exc.message.replace("file not found", "workload file not found"), path=str(path), line=exc.line, hint=exc.hint) from None
+    doc = read_yaml(path, what="workload file")
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
         raise InputError("a workload file must be a mapping of workload keys", path=str(path), line=1)
     if "workload" in doc and len(doc) == 1 and isinstance(doc["workload"], dict):
         doc = doc["workload"]
-    lines = getattr(doc, "key_lines", {}) if isinstance(doc, _LineDict) else {}
+    lines = getattr(doc, "key_lines", {}) if isinstance(doc, LineDict) else {}
     return build(doc, base=base or default_workload(), source=str(path), path=str(path), lines=lines)
 
 

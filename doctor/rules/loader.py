@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from doctor.errors import InputError, RuleError
 from doctor.model import Fix, Pin, Severity
 from doctor.versions import parse_pin
+from doctor.yamlio import read_yaml
 
 CACHE_FORMAT = 4
 
@@ -89,80 +90,6 @@ class Catalogue:
             if r.id == rule_id:
                 return r
         raise KeyError(rule_id)
-
-
-# --------------------------------------------------------------------------- YAML with lines
-
-
-class _LineDict(dict):  # type: ignore[type-arg]
-    line: int = 0
-    key_lines: Dict[str, int]
-
-
-def _make_loader() -> type:
-    import yaml
-
-    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-    class Loader(base):  # type: ignore[misc, valid-type]
-        pass
-
-    def construct_mapping(loader: Any, node: Any) -> _LineDict:
-        loader.flatten_mapping(node)
-        d = _LineDict()
-        d.line = node.start_mark.line + 1
-        d.key_lines = {}
-        for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
-            if not isinstance(key, (str, int, float, bool)) and key is not None:
-                raise RuleError(
-                    "mapping keys must be plain scalars",
-                    line=key_node.start_mark.line + 1,
-                    hint="remove the complex '?' key",
-                )
-            if key in d:
-                raise RuleError(
-                    f"duplicate key {key!r}",
-                    line=key_node.start_mark.line + 1,
-                    hint="each key may appear once in a mapping",
-                )
-            d[key] = loader.construct_object(value_node, deep=True)
-            d.key_lines[str(key)] = key_node.start_mark.line + 1
-        return d
-
-    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
-    return Loader
-
-
-_LOADER: List[type] = []
-
-
-def read_yaml(path: Path) -> Any:
-    """Parse YAML safely (no python tags), recording the line of every mapping and key."""
-    import yaml
-
-    if not _LOADER:
-        _LOADER.append(_make_loader())
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RuleError("file not found", path=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RuleError(f"cannot read: {exc}", path=str(path)) from None
-    try:
-        return yaml.load(text, Loader=_LOADER[0])  # noqa: S506 - safe loader subclass
-    except RuleError as exc:
-        exc.path = str(path)
-        raise
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise RuleError(
-            f"invalid YAML: {problem}",
-            path=str(path),
-            line=mark.line + 1 if mark else None,
-            hint="only plain YAML is accepted (no python tags)",
-        ) from None
 
 
 def _line_of(doc: Any, path: Sequence[Any]) -> Tuple[int, Optional[str]]:
@@ -354,7 +281,7 @@ def _plain(obj: Any) -> Any:
 
 
 def load_file(path: Path) -> Tuple[List[Framework], List[Rule]]:
-    doc = read_yaml(path)
+    doc = read_yaml(path, error=RuleError)
     if doc is None:
         raise RuleError("empty rule file", path=str(path), hint="a rule file holds `rules:` and/or `frameworks:`")
     if not isinstance(doc, dict):

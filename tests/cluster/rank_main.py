@@ -17,7 +17,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional
 
 from doctor.cluster.gather import Timeouts
 from doctor.cluster.run import ClusterOptions, run_distributed
