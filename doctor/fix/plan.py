@@ -30,7 +30,7 @@ from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequ
 from doctor.fix.recheck import apply_fix, compare
 from doctor.fix.wheels import WheelChoice, choose_wheel, wheel_target
 from doctor.model import Facts, Finding, Fix, Pin, Severity, Workload
-from doctor.releases import ReleaseCatalogue, torch_bundle
+from doctor.releases.catalogue import ReleaseCatalogue, torch_bundle
 from doctor.rules.conditions import Context
 from doctor.rules.evaluate import Diagnosis, diagnose, render
 from doctor.rules.loader import Catalogue, Rule

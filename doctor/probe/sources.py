@@ -165,10 +165,12 @@ class Sources:
     cache_dir: Optional[Path] = None  # None: no cache of loaded facts (see Sources.system)
 
     @classmethod
-    def system(cls) -> "Sources":
-        """The real machine, with the loaded-facts cache in the user's cache folder."""
+    def system(cls, *, no_cache: bool = False, child_timeout: Optional[float] = None) -> "Sources":
+        """The real machine, with the loaded-facts cache in the user's cache folder (none with
+        `no_cache`); `child_timeout` overrides the default wait for the torch-importing child."""
         environ = dict(os.environ)
-        return cls(environ=environ, cache_dir=default_cache_dir(environ))
+        cache = None if no_cache else default_cache_dir(environ)
+        return cls(environ=environ, cache_dir=cache, child_timeout=child_timeout)
 
     def find_program(self, name: str) -> Optional[str]:
         if self.which is not None:
