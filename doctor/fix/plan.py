@@ -803,7 +803,7 @@ def plan_fixes(
                         config=tuple(alt_ev.merged.config),
                         cost="; ".join(c for c in (planner.pool[i].cost for i in sorted(alt_state)) if c) or None,
                     ),
-                    "pip installs it without complaint",
+                    "; ".join(x for x in ("pip installs it without complaint", compare(planner.before, alt_ev.diagnosis, tuple(planner.targets)).side_effects) if x),
                 )
             )
     alternatives.extend(_alternatives(planner, state))
