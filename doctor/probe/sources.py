@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Tuple
 
+from doctor.cachedir import default_cache_dir
+
 CHILD_TIMEOUT_S = 20.0
 SMI_TIMEOUT_S = 2.0
 LDCONFIG_TIMEOUT_S = 2.0
@@ -125,16 +127,6 @@ def load_pynvml() -> Any:
     import pynvml
 
     return pynvml
-
-
-def default_cache_dir(environ: Mapping[str, str]) -> Optional[Path]:
-    """~/.cache/attn-doctor (or $XDG_CACHE_HOME/attn-doctor); None when caching is off."""
-    if environ.get("ATTN_DOCTOR_NO_CACHE", "").strip() not in ("", "0"):
-        return None
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(environ.get("HOME", ""), ".cache")
-    if not base or base == ".cache":
-        return None
-    return Path(base) / "attn-doctor"
 
 
 def _timeout_from_env(environ: Mapping[str, str]) -> float:
