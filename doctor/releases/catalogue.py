@@ -30,6 +30,8 @@ CATALOGUE_PACKAGES = (
     "transformers",
     "xtuner",
     "axolotl",
+    "transformer-engine-cu12",
+    "transformer-engine-torch",
     "nvidia-cudnn-cu11",
     "nvidia-cudnn-cu12",
     "nvidia-cudnn-cu13",
@@ -48,6 +50,19 @@ class TorchBundle:
     triton: Optional[str] = None
     python: Optional[str] = None  # PEP 440 specifier: the Pythons PyPI has a wheel for
     cxx11_abi: Optional[bool] = None  # torch._C._GLIBCXX_USE_CXX11_ABI of the PyPI wheel
+    size: Optional[int] = None  # bytes of the Linux x86_64 wheel PyPI serves (torch alone, not its nvidia-* wheels)
+
+    @property
+    def requires_dist(self) -> Tuple[str, ...]:
+        """torch's exact pins on what it bundles, as Requires-Dist lines (Linux x86_64)."""
+        out = []
+        if self.cudnn_dist and self.cudnn:
+            out.append(f"{self.cudnn_dist}=={self.cudnn}")
+        if self.nccl and self.cudnn_dist:
+            out.append(f"nvidia-nccl-cu{self.cudnn_dist.rsplit('cu', 1)[1]}=={self.nccl}")
+        if self.triton:
+            out.append(f"triton=={self.triton}")
+        return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -58,6 +73,11 @@ class Release:
     python: Optional[str] = None  # PEP 440 specifier over the Python version; None: any
     requires: Mapping[str, str] = field(default_factory=dict)  # Requires-Dist on packages we pin
     works_with: Mapping[str, str] = field(default_factory=dict)  # run-time windows (if installed)
+    requires_dist: Optional[Tuple[str, ...]] = None  # the real Requires-Dist (tracked names, markers kept); None: not fetched
+    provides_extra: Tuple[str, ...] = ()
+    file: Optional[str] = None  # the file pip installs on Linux x86_64
+    size: Optional[int] = None  # its size in bytes
+    kind: Optional[str] = None  # wheel | sdist (an sdist builds on install)
 
 
 @dataclass(frozen=True)
@@ -172,6 +192,7 @@ def _bundle(row: Mapping[str, Any]) -> TorchBundle:
         triton=row.get("triton"),
         python=row.get("python"),
         cxx11_abi=row.get("cxx11_abi"),
+        size=(row.get("file") or {}).get("size"),
     )
 
 
@@ -212,6 +233,11 @@ def _catalogue(directory: Optional[str]) -> ReleaseCatalogue:
                     python=r.get("python"),
                     requires=MappingProxyType(dict(r.get("requires") or {})),
                     works_with=MappingProxyType(dict(r.get("works_with") or {})),
+                    requires_dist=tuple(str(x) for x in r["requires_dist"]) if "requires_dist" in r else None,
+                    provides_extra=tuple(str(x) for x in r.get("provides_extra") or ()),
+                    file=(r.get("file") or {}).get("name"),
+                    size=(r.get("file") or {}).get("size"),
+                    kind=(r.get("file") or {}).get("kind"),
                 )
                 for r in rows
             ),

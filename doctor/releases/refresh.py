@@ -275,3 +275,85 @@ def _read_json(path: Path) -> Dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}
+
+
+# --------------------------------------------------------------------------- install metadata
+
+
+def refresh_metadata(
+    directory: Path,
+    *,
+    output: Optional[Path] = None,
+    packages: Optional[Sequence[str]] = None,
+    index: str = DEFAULT_INDEX,
+    http: Any = None,
+    today: Optional[str] = None,
+    only_missing: bool = True,
+) -> RefreshResult:
+    """Add each release's real Requires-Dist, Provides-Extra and installed file (name, size)
+    from the index (doctor.releases.metadata) to <package>.json, for the releases at or above
+    METADATA_FLOOR; torch rows of torch.json get their wheel's size. Packages new to the
+    catalogue (TE's core and torch-extension distributions) get their version list from the
+    simple index. All files are written, or none."""
+    from doctor.releases import metadata as md
+
+    fetch_http = http or md._http
+    retrieved = today or _dt.date.today().isoformat()
+    out_dir = output or directory
+    names = list(packages or md.METADATA_FLOOR)
+    docs: List[Tuple[Path, Dict[str, Any]]] = []
+    added: Dict[str, Tuple[str, ...]] = {}
+    for name in names:
+        path = directory / f"{name}.json"
+        doc = _read_json(path)
+        try:
+            files = md.index_files(name, index, fetch_http)
+        except (OSError, ValueError) as exc:
+            raise IndexUnreachable(f"{index}/simple/{name}/: {exc}") from None
+        rows = {str(r["version"]): dict(r) for r in doc.get("releases") or []}
+        new = tuple(v for v in files if "+" not in v and v not in rows and _version_key(v).public == v)
+        for v in new:
+            rows[v] = {"version": v}
+        floor = _version_key(md.METADATA_FLOOR.get(name, "0"))
+        want = [v for v in rows if _version_key(v) >= floor and (not only_missing or "requires_dist" not in rows[v])]
+        got = md.fetch_metadata(name, want, index, fetch_http) if want else {}
+        for v, meta in got.items():
+            rows[v].update(meta)
+        doc.setdefault("about", f"Every version of {name} on PyPI, with the install metadata of each release from {md.METADATA_FLOOR.get(name, 'the first')} on.")
+        doc["package"] = name
+        doc.setdefault("source", f"{index}/simple/{name}/")
+        doc["metadata_source"] = (
+            f"{index}/simple/{name}/ (PEP 691 file list and sizes); Requires-Dist and Provides-Extra read from the "
+            "Linux x86_64 wheel's METADATA (else the sdist's PKG-INFO); only requirements on packages the doctor tracks are kept"
+        )
+        doc["retrieved"] = retrieved
+        doc["releases"] = [rows[v] for v in sorted(rows, key=_version_key)]
+        docs.append((out_dir / f"{name}.json", doc))
+        added[name] = new
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: List[Path] = []
+    for p, doc in docs:
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.replace(p)
+        written.append(p)
+    return RefreshResult(written=tuple(written), added=added, method="simple+metadata")
+
+
+def refresh_torch_sizes(directory: Path, *, output: Optional[Path] = None, index: str = DEFAULT_INDEX, http: Any = None) -> Path:
+    """torch.json rows: the size of the Linux x86_64 CPython 3.10 wheel (else 3.12) PyPI serves."""
+    from doctor.releases import metadata as md
+
+    fetch_http = http or md._http
+    path = directory / "torch.json"
+    doc = _read_json(path)
+    files = md.index_files("torch", index, fetch_http)
+    for row in doc.get("torch", []):
+        for py in ("3.10", "3.12", "3.13"):
+            f = md.pick_file([x for x in files.get(row["version"], []) if x.filename.endswith(".whl")], py)
+            if f is not None and "x86_64" in f.filename:
+                row["file"] = {"name": f.filename, "size": f.size, "kind": "wheel"}
+                break
+    out = (output or directory) / "torch.json"
+    out.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return out
