@@ -1,0 +1,279 @@
+"""Does a plan install? A real resolver (resolvelib, the library pip's resolver is built on)
+over the release catalogue's Requires-Dist, offline.
+
+    resolve(rel, installed, pins, python)
+        1. the plan's pins (with their extras) are the root requirements, as on
+           `pip install "A[x]==1" "B==2"`; installed versions are preferred, as pip does;
+        2. the installed set with the resolution applied is then checked the way pip checks
+           after installing ("X requires Y, but you have Z which is incompatible"): every
+           installed package's Requires-Dist against the final versions. Conflicts that were
+           there before the plan are not the plan's.
+
+torch's dependencies are its exact pins on what it bundles (cuDNN, NCCL, Triton: torch.json);
+every other package's are the Requires-Dist the catalogue read from PyPI (markers evaluated
+for Linux x86_64 and the target Python), or, where not fetched, its curated `requires`.
+Packages the catalogue does not list are taken as they are installed, or at the exact
+version a requirement names.
+
+resolvelib is a small pure-Python library without dependencies (pip vendors it); when it is
+not installed the copy inside pip is used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+from packaging.markers import Marker, UndefinedEnvironmentName
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from doctor.releases.catalogue import ReleaseCatalogue, torch_bundle
+
+try:  # pragma: no cover - which copy depends on the environment
+    import resolvelib as _rl
+except ImportError:  # pragma: no cover
+    from pip._vendor import resolvelib as _rl  # type: ignore[no-redef]
+
+
+@dataclass(frozen=True)
+class Req:
+    name: str
+    spec: SpecifierSet
+    extras: FrozenSet[str] = frozenset()
+    parent: str = ""  # "torch 2.6.0" or "" for the plan itself
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Cand:
+    name: str
+    version: Version
+    extras: FrozenSet[str] = frozenset()
+    known: bool = True  # in the catalogue (its dependencies are known)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    ok: bool
+    versions: Mapping[str, str] = field(default_factory=dict)  # what pip installs or keeps, by name
+    extras: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
+    conflicts: Tuple[str, ...] = ()  # pip's complaints, new with this plan
+    changed: Tuple[str, ...] = ()  # installed packages whose version the plan changes (pins and what they pull in)
+
+
+def _ver(text: str) -> Optional[Version]:
+    try:
+        return Version(text)
+    except (InvalidVersion, TypeError):
+        return None
+
+
+class _Meta:
+    """Catalogue lookups for the resolver: versions and dependencies per package."""
+
+    def __init__(self, rel: ReleaseCatalogue, installed: Mapping[str, str], python: Optional[str], cuda_major: Optional[int] = None) -> None:
+        self.rel = rel
+        self.cuda_major = cuda_major
+        self.installed = {canonicalize_name(k): v for k, v in installed.items()}
+        self.python = python or "3.10"
+
+    def env(self, extra: str = "") -> Dict[str, str]:
+        return {
+            "python_version": self.python,
+            "python_full_version": self.python + ".0",
+            "sys_platform": "linux",
+            "platform_system": "Linux",
+            "platform_machine": "x86_64",
+            "os_name": "posix",
+            "implementation_name": "cpython",
+            "platform_python_implementation": "CPython",
+            "extra": extra,
+        }
+
+    def known(self, name: str) -> bool:
+        return name == "torch" or self.rel.knows(name)
+
+    def versions(self, name: str) -> List[Version]:
+        if name == "torch":
+            texts = [r.version for r in self.rel.torch]
+        else:
+            texts = list(self.rel.versions(name))
+        out = [v for v in (_ver(t) for t in texts) if v is not None]
+        have = _ver(self.installed.get(name, ""))
+        if have is not None:
+            have = Version(have.public)
+            if have not in out:
+                out.append(have)
+        return out
+
+    def requirements(self, name: str, version: Version, extras: FrozenSet[str]) -> List[Req]:
+        """Requires-Dist of one release with markers evaluated; for an extras candidate, the
+        extra's own lines only (plus the base release itself)."""
+        parent = f"{name} {version}"
+        lines: Sequence[str]
+        if name == "torch":
+            b = torch_bundle(str(version))
+            lines = b.requires_dist if b is not None and b.version == version.base_version else ()
+        else:
+            pkg = self.rel.packages.get(name)
+            r = pkg.get(str(version)) if pkg else None
+            if r is None:
+                lines = ()
+            elif r.requires_dist is not None:
+                lines = r.requires_dist
+            else:
+                lines = [f"{k}{v}" for k, v in r.requires.items()]
+        out: List[Req] = []
+        for line in lines:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if extras:
+                wanted = False
+                if req.marker is not None:
+                    for e in extras:
+                        try:
+                            if req.marker.evaluate(self.env(e)) and not req.marker.evaluate(self.env("")):
+                                wanted = True
+                        except UndefinedEnvironmentName:
+                            pass
+                if not wanted:
+                    continue
+            elif req.marker is not None:
+                try:
+                    if not req.marker.evaluate(self.env("")):
+                        continue
+                except UndefinedEnvironmentName:
+                    continue
+            dep = canonicalize_name(req.name)
+            if name == "transformer-engine-torch" and dep.startswith("transformer-engine-cu") and self.cuda_major:
+                # the sdist's PKG-INFO names the publisher's CUDA core; built here, its setup.py
+                # asks for the core of the CUDA it builds with (torch's)
+                dep = f"transformer-engine-cu{self.cuda_major}"
+                line = line.replace(req.name, dep)
+            exact = any(s.operator in ("==", "===") for s in req.specifier)
+            if not self.known(dep) and dep not in self.installed and not exact:
+                continue  # outside what the catalogue can decide
+            out.append(Req(dep, req.specifier, frozenset(canonicalize_name(e) for e in req.extras), parent, line))
+        if extras:
+            out.append(Req(name, SpecifierSet(f"=={version}"), frozenset(), parent, f"{name}=={version}"))
+        return out
+
+
+class _Provider(_rl.AbstractProvider):  # type: ignore[misc,name-defined]
+    def __init__(self, meta: _Meta) -> None:
+        self.meta = meta
+
+    def identify(self, requirement_or_candidate: Any) -> str:
+        x = requirement_or_candidate
+        return x.name + (f"[{','.join(sorted(x.extras))}]" if x.extras else "")
+
+    def get_preference(self, identifier: str, resolutions: Any, candidates: Any, information: Any, *args: Any, **kwargs: Any) -> Any:
+        return sum(1 for _ in candidates[identifier])
+
+    def find_matches(self, identifier: str, requirements: Any, incompatibilities: Any) -> Iterable[Cand]:
+        reqs = list(requirements[identifier])
+        bad = {c.version for c in incompatibilities[identifier]}
+        name = reqs[0].name if reqs else identifier.split("[")[0]
+        extras = frozenset().union(*(r.extras for r in reqs)) if reqs else frozenset()
+        pool = self.meta.versions(name)
+        known = self.meta.known(name)
+        if not known:
+            for r in reqs:
+                for s in r.spec:
+                    if s.operator in ("==", "===") and "*" not in s.version and _ver(s.version) is not None:
+                        pool.append(Version(s.version))
+        have = _ver(self.meta.installed.get(name, ""))
+        have_pub = Version(have.public) if have is not None else None
+
+        def ok(v: Version) -> bool:
+            if v in bad:
+                return False
+            for r in reqs:
+                exact = any(s.operator in ("==", "===") for s in r.spec)
+                if not r.spec.contains(v, prereleases=exact or (have_pub == v)):
+                    return False
+            return True
+
+        fits = sorted({v for v in pool if ok(v)}, key=lambda v: (v != have_pub, [-x for x in v.release], v.is_prerelease))
+        fits.sort(key=lambda v: (v != have_pub, v.is_prerelease))
+        return [Cand(name, v, extras, known) for v in fits]
+
+    def is_satisfied_by(self, requirement: Req, candidate: Cand) -> bool:
+        exact = any(s.operator in ("==", "===") for s in requirement.spec)
+        return bool(requirement.spec.contains(candidate.version, prereleases=True if exact else None)) or (
+            not exact and requirement.spec.contains(candidate.version, prereleases=True)
+        )
+
+    def get_dependencies(self, candidate: Cand) -> Iterator[Req]:
+        return iter(self.meta.requirements(candidate.name, candidate.version, candidate.extras))
+
+
+def _pip_check(meta: _Meta, final: Mapping[str, str]) -> List[str]:
+    """What `pip check` would say about this set (one line per broken requirement)."""
+    out: List[str] = []
+    for name, version in sorted(final.items()):
+        v = _ver(version)
+        if v is None:
+            continue
+        v = Version(v.public)
+        for req in meta.requirements(name, v, frozenset()):
+            have = final.get(req.name)
+            if have is None or _ver(have) is None:
+                continue
+            hv = Version(Version(have).public)
+            exact = any(s.operator in ("==", "===") for s in req.spec)
+            if not req.spec.contains(hv, prereleases=True if exact else True):
+                out.append(f"{name} {version} requires {req.text.split(';')[0].strip()}, but {req.name} {have} would be installed")
+    return out
+
+
+def resolve(
+    rel: ReleaseCatalogue,
+    installed: Mapping[str, str],
+    pins: Sequence[Tuple[str, str, Tuple[str, ...]]],
+    python: Optional[str] = None,
+    cuda_major: Optional[int] = None,
+) -> Resolution:
+    """Resolve the plan's pins (name, version, extras) against the catalogue, then check the
+    whole installed set with the result applied (see the module doc)."""
+    meta = _Meta(rel, installed, python, cuda_major)
+    roots = [
+        Req(canonicalize_name(n), SpecifierSet(f"=={v}"), frozenset(canonicalize_name(e) for e in extras), "", f"{n}=={v}")
+        for n, v, extras in pins
+    ]
+    if not roots:
+        return Resolution(ok=True)
+    resolver = _rl.Resolver(_Provider(meta), _rl.BaseReporter())
+    try:
+        result = resolver.resolve(roots, max_rounds=500)
+    except _rl.ResolutionImpossible as exc:
+        lines = []
+        for cause in exc.causes:
+            who = f"{cause.parent.name} {cause.parent.version}" if cause.parent is not None else "the plan"
+            lines.append(f"{who} requires {cause.requirement.text.split(';')[0].strip()}")
+        return Resolution(ok=False, conflicts=tuple(dict.fromkeys(lines)) or ("no set of versions satisfies the plan",))
+    except _rl.ResolutionTooDeep:
+        return Resolution(ok=False, conflicts=("the resolver gave up (too many rounds)",))
+    versions: Dict[str, str] = {}
+    extras: Dict[str, Tuple[str, ...]] = {}
+    for key, cand in result.mapping.items():
+        versions[cand.name] = str(cand.version)
+        if cand.extras:
+            extras[cand.name] = tuple(sorted(set(extras.get(cand.name, ())) | set(cand.extras)))
+    inst = meta.installed
+    final = dict(inst)
+    changed = []
+    for n, v in versions.items():
+        have = _ver(inst.get(n, ""))
+        if have is None or Version(have.public) != Version(v):
+            final[n] = v
+        if have is not None and Version(have.public) != Version(v):
+            changed.append(n)
+    before = set(_pip_check(meta, inst))
+    new = [c for c in _pip_check(meta, final) if c not in before]
+    return Resolution(ok=not new, versions=versions, extras=extras, conflicts=tuple(new), changed=tuple(changed))
