@@ -27,7 +27,9 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
+from doctor.fix.install import extras_for, install_commands
 from doctor.fix.recheck import apply_fix, compare
+from doctor.fix.resolve import Resolution, resolve
 from doctor.fix.wheels import WheelChoice, choose_wheel, wheel_target
 from doctor.model import Facts, Finding, Fix, Pin, Severity, Workload
 from doctor.releases.catalogue import ReleaseCatalogue, torch_bundle
@@ -98,6 +100,7 @@ class Step:
     text: str
     command: str = ""
     rule_ids: Tuple[str, ...] = ()
+    cost: str = ""
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,8 @@ class FixPlan:
     torch_reason: Optional[str] = None  # why torch must move, when it does
     verified: bool = False  # every rule re-run with the plan assumed: the cleared findings are gone, no new error
     catalogue_date: str = ""
+    resolution: Optional[Resolution] = None  # the plan resolved over the catalogue's Requires-Dist (doctor.fix.resolve)
+    kept_warnings: Tuple[str, ...] = ()  # warnings left as they are: clearing them moves a package or adds a conflict (see alternatives)
 
     @property
     def complete(self) -> bool:
@@ -222,6 +227,23 @@ class _Planner:
         self.by_rule: Dict[str, List[int]] = {}
         self.evals: Dict[FrozenSet[int], Optional[_Eval]] = {}
         self.baseline_violations = set(self._violations(self.installed))
+        self.warning_only: Dict[str, List[Change]] = {}  # warning fixes kept out of the plan (they move a package or conflict)
+
+    def _is_warning(self, rule_id: str) -> bool:
+        try:
+            return self.cat.rule(rule_id).severity == Severity.WARNING
+        except KeyError:
+            return False
+
+    def _warning_ok(self, change: Change) -> bool:
+        """A warning is cleared only by a change that moves no installed package (torch
+        included) and adds no conflict: env, config and workload changes qualify."""
+        for pin in change.pins:
+            have = self._current(pin.name)
+            if have is not None and _v(have).public != _v(pin.version).public:
+                return False
+        merged = self.merge([change])
+        return merged is not None and not _conflicts(self, merged)
 
     # ---------------------------------------------------------------- consistency
 
@@ -312,6 +334,9 @@ class _Planner:
         new error or warning (it may still be kept: another fix could cover what it triggers)."""
         idx = self.by_rule.setdefault(change.rule_id, [])
         if any(self.pool[i].key == change.key for i in idx):
+            return False
+        if self._is_warning(change.rule_id) and not self._warning_ok(change):
+            self.warning_only.setdefault(change.rule_id, []).append(change)
             return False
         ev = self.evaluate_changes([change])
         if ev is None or change.rule_id in ev.bad:
@@ -560,8 +585,16 @@ class _Planner:
                 current = self.facts.cudnn.version
             dist += distance(current, merged.pins[n], self.rel.versions(n) or [r.version for r in self.rel.torch])
         env_changes = sum(1 for k, v in merged.env.items() if self.env0.get(k) != v)
-        costly = sum(1 for ch in changes if ch.cost)
-        return (torch_moved, len(merged.workload), costly, len(changed), builds, dist, env_changes)
+        costly = sum(1 for ch in changes if ch.cost and not ch.pins)
+        # TransformerEngine's torch extension builds from source (PyPI ships it as an sdist)
+        builds += sum(1 for n in changed if n.startswith("transformer-engine"))
+        prerelease = 0
+        if fa and not builds:
+            target = wheel_target(self.facts, merged.pins.get("torch"))
+            row = next((b for b in self.rel.flash_attn_wheels.get(_v(fa).public, ()) if target is not None and b.torch == target.torch_mm), None)
+            prerelease = int(row is not None and _v(row.torch_build).is_prerelease)
+        conflicts = len(_conflicts(self, merged))
+        return (torch_moved, len(merged.workload), costly, conflicts, len(changed), builds, prerelease, dist, env_changes)
 
     def evaluate_changes(self, changes: Sequence[Change]) -> Optional[_Eval]:
         merged = self.merge(changes)
@@ -662,36 +695,31 @@ def _conflicts(planner: _Planner, merged: _Merged) -> List[str]:
     return out
 
 
-def _steps(planner: _Planner, ev: _Eval, changes: Sequence[Change], wheels: Sequence[WheelChoice], conflicts: Sequence[str]) -> List[Step]:
+def _cuda_major(planner: _Planner, torch_v: Optional[str]) -> Optional[int]:
+    cuda = None
+    if torch_v and _v(torch_v).base_version != _v(planner.torch0 or "0").base_version:
+        b = torch_bundle(torch_v)
+        cuda = b.cuda if b else None
+    else:
+        cuda = planner.facts.torch.cuda or (torch_bundle(planner.torch0).cuda if planner.torch0 and torch_bundle(planner.torch0) else None)
+    return _v(cuda).major if cuda else None
+
+
+def _steps(planner: _Planner, ev: _Eval, changes: Sequence[Change], wheels: Sequence[WheelChoice], conflicting: Sequence[str]) -> List[Step]:
+    """Install commands from rules/releases/install.yaml (doctor.fix.install), in order, each
+    with its cost; then env and config changes, notes and the re-check."""
     merged = ev.merged
     steps: List[Step] = []
     by_pkg: Dict[str, Tuple[str, ...]] = {}
     for ch in changes:
         for p in ch.pins:
             by_pkg.setdefault(p.name, tuple(x for x in (ch.rule_id,) if x))
-    torch_v = merged.pins.get("torch")
-    if torch_v and _v(torch_v).base_version != _v(planner.torch0 or "0").base_version:
-        steps.append(Step("pip", f"Install torch {torch_v}", f'pip install "torch=={torch_v}"', by_pkg.get("torch", ())))
-        if any(n.startswith("transformer-engine") for n in planner.installed):
-            te = merged.pins.get("transformer-engine") or planner.installed.get("transformer-engine")
-            steps.append(
-                Step("pip", f"Rebuild TransformerEngine's torch extension against torch {torch_v}",
-                     f'pip install --no-build-isolation --force-reinstall --no-deps "transformer-engine[pytorch]=={te}"')
-            )
-    for name, version in sorted(merged.pins.items()):
-        if name in ("torch", "flash-attn"):
-            continue
-        if planner.installed.get(name) == version:
-            continue
-        text = f"Install {name} {version}"
-        if name.startswith("nvidia-cudnn-cu") and conflicts:
-            text += " after torch (pip reports the conflict below; the install still happens)"
-        steps.append(Step("pip", text, f'pip install "{name}=={version}"', by_pkg.get(name, ())))
-    for wheel in wheels:
-        if wheel.available and wheel.url:
-            steps.append(Step("wheel", f"Install the prebuilt flash-attn {wheel.version} wheel for this torch", f"pip install --no-deps --force-reinstall {wheel.url}", by_pkg.get("flash-attn", ())))
-        else:
-            steps.append(Step("build", f"Build flash-attn {wheel.version} from source (no prebuilt wheel fits)", wheel.build, by_pkg.get("flash-attn", ())))
+    cmds = install_commands(
+        planner.rel, merged.pins, planner.installed, planner.torch0, wheels, conflicting,
+        _cuda_major(planner, merged.pins.get("torch")),
+    )
+    for c in cmds:
+        steps.append(Step(c.kind, c.text, c.command, by_pkg.get(c.package, ()), c.cost))
     for name, value in sorted(merged.env.items()):
         if value is None:
             steps.append(Step("env", f"Unset {name}", f"unset {name}"))
@@ -734,6 +762,18 @@ def with_inputs(plan: FixPlan, args: Sequence[str]) -> FixPlan:
     return replace(plan, steps=steps)
 
 
+def _alt_cost(planner: _Planner, pins: Sequence[Pin]) -> str:
+    """What installing an alternative costs, in the words of its install steps."""
+    merged = {p.name: p.version for p in pins}
+    wheels: List[WheelChoice] = []
+    if "flash-attn" in merged:
+        target = wheel_target(planner.facts, merged.get("torch"))
+        if target is not None:
+            wheels.append(choose_wheel(planner.rel, merged["flash-attn"], target))
+    cmds = install_commands(planner.rel, merged, planner.installed, planner.torch0, wheels, (), _cuda_major(planner, merged.get("torch")))
+    return "; ".join(f"{c.package}: {c.cost}" for c in cmds)
+
+
 def _alternatives(planner: _Planner, chosen: FrozenSet[int]) -> List[Alternative]:
     out: List[Alternative] = []
     chosen_keys = {planner.pool[i].key for i in chosen}
@@ -750,12 +790,28 @@ def _alternatives(planner: _Planner, chosen: FrozenSet[int]) -> List[Alternative
         for cost, i, effects in sorted(ranked)[:3]:
             ch = planner.pool[i]
             whys = [effects] if effects else []
-            if cost[4]:
-                whys.append("no prebuilt flash-attn wheel fits this torch: a source build")
+            if cost[3]:
+                whys.append("pip reports a conflict with torch's exact cuDNN pin")
             if cost[0]:
                 whys.append("moves torch")
-            why = "; ".join(whys)
-            out.append(Alternative((rule_id,), ch.fix, why))
+            install = _alt_cost(planner, ch.pins)
+            if install:
+                whys.append("install: " + install)
+            out.append(Alternative((rule_id,), ch.fix, "; ".join(whys)))
+        # fixes a warning may not use in the main plan (they move a package or conflict)
+        for ch in planner.warning_only.get(rule_id, [])[:3]:
+            ev = planner.evaluate_changes([ch])
+            if ev is None or rule_id in ev.bad:
+                continue
+            merged = planner.merge([ch])
+            whys = ["kept out of the plan: clearing a warning may not " + ("add a conflict" if merged is not None and _conflicts(planner, merged) else "move an installed package")]
+            effects = compare(planner.before, ev.diagnosis, tuple(planner.targets)).side_effects
+            if effects:
+                whys.append(effects)
+            install = _alt_cost(planner, ch.pins)
+            if install:
+                whys.append("install: " + install)
+            out.append(Alternative((rule_id,), ch.fix, "; ".join(whys)))
     return out
 
 
@@ -792,7 +848,7 @@ def plan_fixes(
                         config=tuple(alt_ev.merged.config),
                         cost="; ".join(c for c in (planner.pool[i].cost for i in sorted(alt_state)) if c) or None,
                     ),
-                    "; ".join(x for x in ("pip installs it without complaint", compare(planner.before, alt_ev.diagnosis, tuple(planner.targets)).side_effects) if x),
+                    "; ".join(x for x in ("pip installs it without complaint", compare(planner.before, alt_ev.diagnosis, tuple(planner.targets)).side_effects, "install: " + _alt_cost(planner, _ordered_pins(alt_ev.merged.pins))) if x),
                 )
             )
     alternatives.extend(_alternatives(planner, state))
@@ -804,7 +860,8 @@ def plan_fixes(
         if target is not None:
             wheels.append(choose_wheel(rel, ev.merged.pins["flash-attn"], target))
     cleared = tuple(r for r in planner.targets if r not in ev.bad)
-    unresolved = tuple(r for r in planner.targets if r in ev.bad)
+    kept = tuple(r for r in planner.targets if r in ev.bad and r in planner.warning_only and not planner.candidates(r))
+    unresolved = tuple(r for r in planner.targets if r in ev.bad and r not in kept)
     new_findings = tuple(r for r in ev.bad if r not in planner.targets)
     torch_reason = None
     if ev.cost[0]:
@@ -815,7 +872,21 @@ def plan_fixes(
             f"torch {planner.torch0} -> {new_t}: no set of changes that keeps torch {planner.torch0} clears "
             f"{', '.join(why) or ', '.join(cleared)}; torch {new_t} bundles CUDA {b.cuda if b else '?'} and cuDNN {b.cudnn if b else '?'}"
         )
-    steps = _steps(planner, ev, changes, wheels, conflicts)
+    cuda_major = _cuda_major(planner, ev.merged.pins.get("torch"))
+    extras = {n: extras_for(rel, n, v, cuda_major) for n, v in ev.merged.pins.items()}
+    resolution = resolve(rel, planner.installed, [(n, v, extras.get(n, ())) for n, v in ev.merged.pins.items()], planner.python, cuda_major)
+    conflicting = sorted({n for n in ev.merged.pins if n.startswith("nvidia-cudnn-cu")}) if conflicts else []
+    if resolution.conflicts:
+        conflicts = list(conflicts) + [c for c in resolution.conflicts if not any(c.split(" requires ")[0] in x for x in conflicts)]
+    if conflicts and conflicting:
+        pins_text = " ".join(f"{n}=={ev.merged.pins[n]}" for n in conflicting)
+        conflicts.append(
+            f"To make it stick: install torch first, then {pins_text} with --no-deps; keep `{pins_text}` in a constraints file "
+            f"(`attn-doctor fix --pin --constraints` writes one) and pass `-c constraints-attn.txt` to every later pip install, so a "
+            f"torch reinstall fails loudly instead of silently putting the old cuDNN back. Undone by: any `pip install torch` (or of a "
+            f"package that requires torch) without that constraints file. The conflict-free alternative moves torch (see Alternatives)."
+        )
+    steps = _steps(planner, ev, changes, wheels, conflicting)
     manual: List[Step] = []
     for finding in targets:
         if finding.rule_id not in unresolved:
@@ -827,7 +898,7 @@ def plan_fixes(
             manual.append(Step("manual", text, "; ".join(render(c, Context(facts, workload)) for c in fix.config), (finding.rule_id,)))
     steps = steps[:-1] + manual + steps[-1:]
     return FixPlan(
-        pins=_ordered_pins(ev.merged.pins),
+        pins=_ordered_pins(ev.merged.pins, extras),
         env=MappingProxyType(dict(sorted(ev.merged.env.items()))),
         config=tuple(ev.merged.config),
         workload_changes=MappingProxyType(dict(ev.merged.workload)),
@@ -845,9 +916,12 @@ def plan_fixes(
         torch_reason=torch_reason,
         verified=not (set(new_findings) & {f.rule_id for f in ev.diagnosis.findings if f.severity == "error"}),
         catalogue_date=rel.retrieved,
+        resolution=resolution,
+        kept_warnings=kept,
     )
 
 
-def _ordered_pins(pins: Mapping[str, str]) -> Tuple[Pin, ...]:
-    """torch first (what builds against it comes after), then by name."""
-    return tuple(Pin(k, v) for k, v in sorted(pins.items(), key=lambda kv: (kv[0] != "torch", kv[0])))
+def _ordered_pins(pins: Mapping[str, str], extras: Optional[Mapping[str, Tuple[str, ...]]] = None) -> Tuple[Pin, ...]:
+    """torch first (what builds against it comes after), then by name; with the extras the
+    install commands use (`transformer-engine[pytorch]`)."""
+    return tuple(Pin(k, v, tuple((extras or {}).get(k, ()))) for k, v in sorted(pins.items(), key=lambda kv: (kv[0] != "torch", kv[0])))

@@ -40,6 +40,8 @@ METADATA_FLOOR = {
     "flash-attn": "2.5",
     "xtuner": "0.1.0",
     "axolotl": "0.5.0",
+    "nvidia-cudnn-cu12": "9.0",
+    "nvidia-cudnn-cu13": "9.12",
 }
 
 Http = Callable[[str, Optional[Tuple[int, int]]], bytes]  # url, byte range (start, end incl.) -> body

@@ -311,7 +311,9 @@ def refresh_metadata(
         except (OSError, ValueError) as exc:
             raise IndexUnreachable(f"{index}/simple/{name}/: {exc}") from None
         rows = {str(r["version"]): dict(r) for r in doc.get("releases") or []}
-        new = tuple(v for v in files if "+" not in v and v not in rows and _version_key(v).public == v)
+        # new versions only for packages new to the catalogue (the others get theirs from `refresh`)
+        new = tuple(v for v in files if not rows or ("+" not in v and v not in rows and not _version_key(v).is_prerelease and v != "0.0.0"))
+        new = tuple(v for v in new if v not in rows and not _version_key(v).is_prerelease and not _version_key(v).is_devrelease)
         for v in new:
             rows[v] = {"version": v}
         floor = _version_key(md.METADATA_FLOOR.get(name, "0"))

@@ -22,7 +22,7 @@ def plan_document(plan: FixPlan) -> Dict[str, Any]:
         "config": list(plan.config),
         "unresolved": list(plan.unresolved),
         "steps": [
-            {"kind": s.kind, "text": s.text, "command": s.command or None, "rule_ids": list(s.rule_ids)} for s in plan.steps
+            {"kind": s.kind, "text": s.text, "command": s.command or None, "rule_ids": list(s.rule_ids), "cost": s.cost or None} for s in plan.steps
         ],
         "verified": plan.verified,
         "cleared": list(plan.cleared),

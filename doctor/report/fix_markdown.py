@@ -22,7 +22,7 @@ def render_fix_markdown(plan: FixPlan) -> str:
     if plan.targets:
         out += ["| Severity | Rule | Finding | Status |", "|---|---|---|---|"]
         for f in plan.targets:
-            status = "cleared" if f.rule_id in plan.cleared else "**unresolved**"
+            status = "cleared" if f.rule_id in plan.cleared else "kept (see alternatives)" if f.rule_id in plan.kept_warnings else "**unresolved**"
             out.append(f"| {f.severity} | `{f.rule_id}` | {_cell(f.title)} | {status} |")
         out.append("")
     if plan.changes:

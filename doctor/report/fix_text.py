@@ -32,7 +32,7 @@ def render_fix(plan: FixPlan, *, color: bool = False, width: int = 100) -> str:
         p("")
         p("[bold]Findings[/]")
         for f in plan.targets:
-            state = "[green]cleared[/]" if f.rule_id in plan.cleared else "[red]unresolved[/]"
+            state = "[green]cleared[/]" if f.rule_id in plan.cleared else "[yellow]kept[/]" if f.rule_id in plan.kept_warnings else "[red]unresolved[/]"
             p(f"  [{SEV_STYLE.get(f.severity, '')}]{f.severity}[/] [bold]{escape(f.rule_id)}[/] {state}  {escape(f.title)}")
     if plan.changes:
         p("")
@@ -70,6 +70,11 @@ def render_fix(plan: FixPlan, *, color: bool = False, width: int = 100) -> str:
         p("[bold red]Unresolved[/] (no fix in the catalogue clears these together with the rest)")
         for r in plan.unresolved:
             p(f"  - {escape(r)}")
+    if plan.kept_warnings:
+        p("")
+        p("[bold yellow]Warnings kept[/] (every fix for them moves an installed package or conflicts with one; see Alternatives)")
+        for r in plan.kept_warnings:
+            p(f"  - {escape(r)}")
     if plan.new_findings:
         p("")
         p("[bold yellow]Trade-off:[/] the plan brings up " + escape(", ".join(plan.new_findings)) + " (no change in the catalogue clears the errors without it)")
@@ -80,6 +85,8 @@ def render_fix(plan: FixPlan, *, color: bool = False, width: int = 100) -> str:
             p(f"  {i}. {escape(s.text)}")
             if s.command:
                 p(f"       [cyan]{escape(s.command)}[/]")
+            if s.cost:
+                p(f"       [dim]cost: {escape(s.cost)}[/]")
     if plan.alternatives:
         p("")
         p("[bold]Alternatives[/]")
