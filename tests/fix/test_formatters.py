@@ -80,6 +80,7 @@ def test_json_contract() -> None:
         "text": "Install the prebuilt flash-attn 2.5.9.post1 wheel for this torch",
         "command": f"pip install --no-deps --force-reinstall {URL}",
         "rule_ids": ["TE-CP-FLASH-ATTN-SOFTCAP"],
+        "cost": None,
     }
     assert doc["wheels"][0]["filename"].endswith("cxx11abiFALSE-cp310-cp310-linux_x86_64.whl")
     assert doc["conflicts"] and doc["alternatives"][0]["pins"] == ["torch==2.7.1"]

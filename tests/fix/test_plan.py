@@ -142,6 +142,6 @@ def test_a_pin_that_is_not_a_release_is_never_emitted(tmp_path: Path, rel) -> No
     )
     facts, workload = case_inputs({"packages": {"transformer-engine": "1.13.0"}, "python": {"version": "3.10.14"}})
     plan = plan_fixes(rel, cat, facts, workload)
-    assert pins(plan) == ("transformer-engine==2.1.0",), "the nearest real release in the fix's direction"
+    assert pins(plan) == ("transformer-engine[pytorch]==2.1.0",), "the nearest real release in the fix's direction (with TE's torch extension)"
     assert any("transformer-engine==2.0.0 is not a release on PyPI" in n for n in plan.notes)
     assert all("transformer-engine==2.0.0" not in pins(a) for a in plan.alternatives)
