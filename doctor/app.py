@@ -65,6 +65,7 @@ class CheckOptions:
 class FixOptions:
     check: CheckOptions = field(default_factory=CheckOptions)
     verify_args: Tuple[str, ...] = ()  # the user's inputs, repeated in the plan's re-check command
+    online: bool = False  # also ask pip (install --dry-run --report, nothing built) whether the pins resolve
 
 
 # --------------------------------------------------------------------------- probe
@@ -362,6 +363,18 @@ def run_fix(opts: FixOptions) -> "FixPlan":
     rel = load_release_catalogue(opts.check.releases)
     diagnosis = diagnose(inputs.catalogue, inputs.facts, inputs.workload)
     plan = plan_fixes(rel, inputs.catalogue, inputs.facts, inputs.workload, diagnosis)
+    if opts.online and plan.pins:
+        from dataclasses import replace as _replace
+
+        from doctor.fix.online import pip_dry_run
+
+        sdists = [p.name for p in plan.pins if (rel.packages.get(p.name) and rel.packages[p.name].get(p.version) and rel.packages[p.name].get(p.version).kind == "sdist")]  # type: ignore[union-attr]
+        if any(p.name == "transformer-engine" and "pytorch" in p.extras for p in plan.pins):
+            sdists.append("transformer-engine")  # its [pytorch] extra is an sdist (transformer_engine_torch)
+        py = inputs.facts.python.version
+        verdict = pip_dry_run(plan.pins, sdists, ".".join(py.split(".")[:2]) if py else None)
+        note = verdict.message + (f"; not asked (builds from source): {', '.join(verdict.skipped)}" if verdict.skipped else "")
+        plan = _replace(plan, notes=plan.notes + (f"--online: {note}",))
     return with_inputs(plan, opts.verify_args)
 
 

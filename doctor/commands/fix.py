@@ -31,6 +31,7 @@ def fix(
     constraints: bool = typer.Option(False, "--constraints", help="Write a constraints file (for pip -c): no extras."),
     dry_run: bool = typer.Option(False, "--dry-run", help="With --pin: show the diff, write nothing."),
     static: bool = typer.Option(False, "--static", help="Static facts only: no Python child that imports torch."),
+    online: bool = typer.Option(False, "--online", help="Also ask pip (install --dry-run --report, wheels only, nothing built) whether the pins resolve on the index."),
 ) -> int:
     """Plan the least change that clears the findings. Exit 0 when every finding has a fix in the
     plan, 1 when some are unresolved, 2 on bad input or a file that cannot be written."""
@@ -46,6 +47,7 @@ def fix(
             assume_env=assume_env, rules_dir=rules_dir, static=static, releases=releases,
         ),
         verify_args=tuple(_input_args(env, workload, model, rules_dir, ctx.args, assume, assume_env)),
+        online=online,
     )
     plan = core.run_fix(opts)
     emit(render("fix", format, plan, Style.for_terminal()))
@@ -86,7 +88,8 @@ def _write_pins(plan: "FixPlan", path: Path, constraints: bool, dry_run: bool, f
     if not plan.pins:
         sys.stderr.write(f"attn-doctor: no pins in the plan; {path} not touched\n")
         return
-    result = write_pinfile(path, pins_from_plan(plan), constraints=constraints, dry_run=dry_run)
+    pins = pins_from_plan(plan)
+    result = write_pinfile(path, pins, constraints=constraints, dry_run=dry_run)
     for w in result.warnings:
         sys.stderr.write(f"attn-doctor: warning: {w}\n")
     if dry_run:
@@ -95,7 +98,7 @@ def _write_pins(plan: "FixPlan", path: Path, constraints: bool, dry_run: bool, f
         sys.stderr.write(f"attn-doctor: {path} already has these pins\n")
     else:
         backup = f" (backup: {result.backup})" if result.backup else ""
-        sys.stderr.write(f"attn-doctor: wrote {len(plan.pins)} pin(s) to {path}{backup}\n")
+        sys.stderr.write(f"attn-doctor: wrote {len(pins)} pin(s) to {path}{backup}\n")
 
 
 fix_context = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": ["-h", "--help"]}

@@ -135,6 +135,11 @@ class Command:
     kind: str = "pip"  # pip | wheel | build
     order: int = 1
 
+    @property
+    def brief(self) -> str:
+        """The cost without the build prerequisites (for alternatives)."""
+        return "; ".join(x for x in self.cost.split("; ") if not x.startswith("needs "))
+
 
 def extras_for(rel: ReleaseCatalogue, name: str, version: str, cuda_major: Optional[int]) -> Tuple[str, ...]:
     """The recipe's extras, plus the CUDA core extra where the release makes the core an

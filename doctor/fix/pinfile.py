@@ -78,7 +78,16 @@ def pins_from_plan(plan: "FixPlan") -> List[Pinned]:
         for p in change.pins:
             ids = rule_ids.get(p.name, ()) + ((change.rule_id,) if change.rule_id else ())
             rule_ids[p.name] = tuple(dict.fromkeys(ids))
-    return [Pinned(pin, rule_ids.get(pin.name, ())) for pin in plan.pins]
+    out = [Pinned(pin, rule_ids.get(pin.name, ())) for pin in plan.pins]
+    # what the pins pull in (TE's core and torch extension at the same version), as resolved
+    res = plan.resolution
+    if res is not None:
+        have = {p.name for p in plan.pins}
+        for name in res.pulled:
+            if name not in have and name in res.versions:
+                parent = next((p.name for p in plan.pins if name.startswith(p.name)), "")
+                out.append(Pinned(Pin(name, res.versions[name]), rule_ids.get(parent, ())))
+    return out
 
 
 # --------------------------------------------------------------------------- parsing
@@ -185,7 +194,7 @@ def render_pinfile(
         if req.extras and constraints:
             warnings.append(f"{req.name}: extras [{','.join(sorted(req.extras))}] dropped (pip does not accept extras in a constraints file)")
         ending = group[-1][len(group[-1].rstrip("\r\n")) :] or nl
-        out.append(_line(req.name, set(req.extras), pin, str(req.marker) if req.marker else None, comment, constraints) + ending)
+        out.append(_line(req.name, set(req.extras) | set(pin.pin.extras), pin, str(req.marker) if req.marker else None, comment, constraints) + ending)
     missing = [p for p in pins if p.name not in seen]
     if missing:
         text = "".join(out)
@@ -196,7 +205,7 @@ def render_pinfile(
                 out.append(nl)
             out.append(HEADER + nl)
         for pin in missing:
-            out.append(_line(pin.name, set(), pin, None, "", constraints) + nl)
+            out.append(_line(pin.name, set(pin.pin.extras), pin, None, "", constraints) + nl)
     if base_dir is not None:
         warnings.extend(_included_pins(includes, wanted, base_dir, read, set()))
     return "".join(out), warnings

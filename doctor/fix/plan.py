@@ -771,7 +771,7 @@ def _alt_cost(planner: _Planner, pins: Sequence[Pin]) -> str:
         if target is not None:
             wheels.append(choose_wheel(planner.rel, merged["flash-attn"], target))
     cmds = install_commands(planner.rel, merged, planner.installed, planner.torch0, wheels, (), _cuda_major(planner, merged.get("torch")))
-    return "; ".join(f"{c.package}: {c.cost}" for c in cmds)
+    return "; ".join(f"{c.package}: {c.brief}" for c in cmds)
 
 
 def _alternatives(planner: _Planner, chosen: FrozenSet[int]) -> List[Alternative]:

@@ -62,6 +62,7 @@ class Resolution:
     extras: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
     conflicts: Tuple[str, ...] = ()  # pip's complaints, new with this plan
     changed: Tuple[str, ...] = ()  # installed packages whose version the plan changes (pins and what they pull in)
+    pulled: Tuple[str, ...] = ()  # packages the pins bring in or move besides themselves (not through an unchanged package)
 
 
 def _ver(text: str) -> Optional[Version]:
@@ -162,6 +163,10 @@ class _Meta:
         if extras:
             out.append(Req(name, SpecifierSet(f"=={version}"), frozenset(), parent, f"{name}=={version}"))
         return out
+
+
+def _id(x: Any) -> str:
+    return str(x.name + (f"[{','.join(sorted(x.extras))}]" if x.extras else ""))
 
 
 class _Provider(_rl.AbstractProvider):  # type: ignore[misc,name-defined]
@@ -274,6 +279,26 @@ def resolve(
             final[n] = v
         if have is not None and Version(have.public) != Version(v):
             changed.append(n)
+    # what the pins pull in: walk the resolution graph from the roots, not through a package
+    # that stays as installed (its dependencies are already there)
+    root_ids = {_id(r) for r in roots}
+    pulled: List[str] = []
+    todo = list(root_ids)
+    seen = set(todo)
+    while todo:
+        key = todo.pop()
+        cand = result.mapping.get(key)
+        if cand is None:
+            continue
+        have = _ver(inst.get(cand.name, ""))
+        if key not in root_ids and have is not None and Version(have.public) == cand.version:
+            continue
+        if key not in root_ids and cand.name not in {r.name for r in roots}:
+            pulled.append(cand.name)
+        for child in result.graph.iter_children(key):
+            if child not in seen:
+                seen.add(child)
+                todo.append(child)
     before = set(_pip_check(meta, inst))
     new = [c for c in _pip_check(meta, final) if c not in before]
-    return Resolution(ok=not new, versions=versions, extras=extras, conflicts=tuple(new), changed=tuple(changed))
+    return Resolution(ok=not new, versions=versions, extras=extras, conflicts=tuple(new), changed=tuple(changed), pulled=tuple(sorted(set(pulled))))

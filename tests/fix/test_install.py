@@ -228,3 +228,22 @@ def test_metadata_reads_wheel_metadata_by_range_requests() -> None:
     assert meta["requires_dist"] == ["torch>=2.1", 'flash-attn==2.8.3; extra == "fa"']  # numpy is not tracked
     assert meta["provides_extra"] == ["fa"] and meta["file"]["kind"] == "wheel"
     assert parse_metadata("Name: x\nRequires-Dist: transformer_engine_cu12==2.1.0\n")["requires_dist"] == ["transformer_engine_cu12==2.1.0"]
+
+
+def test_online_asks_pip_for_wheels_only_and_never_builds() -> None:
+    from doctor.fix.online import pip_dry_run
+    from doctor.model import Pin
+
+    seen: List[List[str]] = []
+
+    def run(argv: Any) -> Tuple[int, str, str]:
+        seen.append(list(argv))
+        return 0, json.dumps({"install": [{}, {}]}), ""
+
+    v = pip_dry_run([Pin("transformers", "4.42.4"), Pin("flash-attn", "2.7.4.post1")], ["flash-attn"], "3.10", run)
+    assert v.ok and v.skipped == ("flash-attn==2.7.4.post1",)
+    argv = seen[0]
+    assert "--dry-run" in argv and "--only-binary=:all:" in argv and argv[-1] == "transformers==4.42.4"
+    assert argv[argv.index("--python-version") + 1] == "3.10"
+    bad = pip_dry_run([Pin("transformers", "4.42.4")], [], "3.10", lambda a: (1, "", "ERROR: ResolutionImpossible: x"))
+    assert bad.ok is False and "ResolutionImpossible" in bad.message
