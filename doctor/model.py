@@ -413,3 +413,4 @@ class Report:
     rule_results: Tuple[Tuple[str, str], ...] = ()  # (rule id, fired|passed|not_evaluated)
     kernel_summary: Tuple[Tuple[str, str], ...] = ()  # (label, value) lines from the kernel run
     call_path: Optional[CallPath] = None  # who runs attention
+    notes: Tuple[str, ...] = ()  # where inputs came from (--config files) and what they lacked
