@@ -231,17 +231,17 @@ def install_commands(
     for wheel in wheels:
         rec = _recipe("flash-attn")
         if wheel.available and wheel.url:
-            flags = " ".join(rec.wheel_flags + ("--force-reinstall",))
+            wflags = " ".join(rec.wheel_flags + ("--force-reinstall",))
             text = f"Install the prebuilt flash-attn {wheel.version} wheel for this torch"
             if "{" in wheel.url:
                 text += " (fill in " + " and ".join(x for x in ("cp{XY}: your CPython tag" if "{XY}" in wheel.url else "", "cxx11abi{TRUE|FALSE}: torch._C._GLIBCXX_USE_CXX11_ABI" if "{TRUE" in wheel.url else "") if x) + ")"
-            out.append(Command("flash-attn", text, f"pip install {flags} {wheel.url}", "a prebuilt wheel (GitHub release asset; no build)", "wheel", rec.order))
+            out.append(Command("flash-attn", text, f"pip install {wflags} {wheel.url}", "a prebuilt wheel (GitHub release asset; no build)", "wheel", rec.order))
         else:
             envs = " ".join(f"{k}={v}" for k, v in sorted((rec.env or {}).items()))
             cmd = f'{envs} FLASH_ATTENTION_FORCE_BUILD=TRUE pip install {" ".join(rec.flags)} "flash-attn=={wheel.version}"'.strip()
-            b = rec.builds or {}
-            cost = f"{_mb(_size(rel, 'flash-attn', wheel.version))} sdist; builds from source: {b.get('time') or 'build time not measured'}; needs " + "; ".join(b.get("prerequisites") or ())
-            out.append(Command("flash-attn", f"Build flash-attn {wheel.version} from source (no prebuilt wheel fits)", cmd, cost, "build", rec.order))
+            fb: Mapping[str, Any] = rec.builds or {}
+            fcost = f"{_mb(_size(rel, 'flash-attn', wheel.version))} sdist; builds from source: {fb.get('time') or 'build time not measured'}; needs " + "; ".join(fb.get("prerequisites") or ())
+            out.append(Command("flash-attn", f"Build flash-attn {wheel.version} from source (no prebuilt wheel fits)", cmd, fcost, "build", rec.order))
     return sorted(out, key=lambda c: c.order)
 
 

@@ -701,7 +701,8 @@ def _cuda_major(planner: _Planner, torch_v: Optional[str]) -> Optional[int]:
         b = torch_bundle(torch_v)
         cuda = b.cuda if b else None
     else:
-        cuda = planner.facts.torch.cuda or (torch_bundle(planner.torch0).cuda if planner.torch0 and torch_bundle(planner.torch0) else None)
+        b0 = torch_bundle(planner.torch0) if planner.torch0 else None
+        cuda = planner.facts.torch.cuda or (b0.cuda if b0 else None)
     return _v(cuda).major if cuda else None
 
 
@@ -725,8 +726,8 @@ def _steps(planner: _Planner, ev: _Eval, changes: Sequence[Change], wheels: Sequ
             steps.append(Step("env", f"Unset {name}", f"unset {name}"))
         else:
             steps.append(Step("env", f"Set {name}={value} in the training environment", f"export {name}={value}"))
-    for c in merged.config:
-        steps.append(Step("config", c))
+    for item in merged.config:
+        steps.append(Step("config", item))
     for note in merged.notes:
         steps.append(Step("note", note))
     cmd = " ".join(["attn-doctor check", *check_args(merged.pins, merged.env, merged.workload)])

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from packaging.markers import Marker, UndefinedEnvironmentName
+from packaging.markers import UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
@@ -35,7 +35,7 @@ from doctor.releases.catalogue import ReleaseCatalogue, torch_bundle
 try:  # pragma: no cover - which copy depends on the environment
     import resolvelib as _rl
 except ImportError:  # pragma: no cover
-    from pip._vendor import resolvelib as _rl  # type: ignore[no-redef]
+    from pip._vendor import resolvelib as _rl
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class _Meta:
     def __init__(self, rel: ReleaseCatalogue, installed: Mapping[str, str], python: Optional[str], cuda_major: Optional[int] = None) -> None:
         self.rel = rel
         self.cuda_major = cuda_major
-        self.installed = {canonicalize_name(k): v for k, v in installed.items()}
+        self.installed: Dict[str, str] = {str(canonicalize_name(k)): v for k, v in installed.items()}
         self.python = python or "3.10"
 
     def env(self, extra: str = "") -> Dict[str, str]:
@@ -150,7 +150,7 @@ class _Meta:
                         continue
                 except UndefinedEnvironmentName:
                     continue
-            dep = canonicalize_name(req.name)
+            dep = str(canonicalize_name(req.name))
             if name == "transformer-engine-torch" and dep.startswith("transformer-engine-cu") and self.cuda_major:
                 # the sdist's PKG-INFO names the publisher's CUDA core; built here, its setup.py
                 # asks for the core of the CUDA it builds with (torch's)
@@ -159,7 +159,7 @@ class _Meta:
             exact = any(s.operator in ("==", "===") for s in req.specifier)
             if not self.known(dep) and dep not in self.installed and not exact:
                 continue  # outside what the catalogue can decide
-            out.append(Req(dep, req.specifier, frozenset(canonicalize_name(e) for e in req.extras), parent, line))
+            out.append(Req(dep, req.specifier, frozenset(str(canonicalize_name(e)) for e in req.extras), parent, line))
         if extras:
             out.append(Req(name, SpecifierSet(f"=={version}"), frozenset(), parent, f"{name}=={version}"))
         return out
@@ -169,7 +169,7 @@ def _id(x: Any) -> str:
     return str(x.name + (f"[{','.join(sorted(x.extras))}]" if x.extras else ""))
 
 
-class _Provider(_rl.AbstractProvider):  # type: ignore[misc,name-defined]
+class _Provider(_rl.AbstractProvider):
     def __init__(self, meta: _Meta) -> None:
         self.meta = meta
 
@@ -248,7 +248,7 @@ def resolve(
     whole installed set with the result applied (see the module doc)."""
     meta = _Meta(rel, installed, python, cuda_major)
     roots = [
-        Req(canonicalize_name(n), SpecifierSet(f"=={v}"), frozenset(canonicalize_name(e) for e in extras), "", f"{n}=={v}")
+        Req(str(canonicalize_name(n)), SpecifierSet(f"=={v}"), frozenset(str(canonicalize_name(e)) for e in extras), "", f"{n}=={v}")
         for n, v, extras in pins
     ]
     if not roots:
