@@ -21,6 +21,7 @@ def refresh(
     method: str = typer.Option("auto", "--method", help="auto (PyPI JSON, then pip) | json | pip"),
     index: str = typer.Option("https://pypi.org", "--index", help="Package index with PyPI's JSON API."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Ask the index, show what is new, write nothing."),
+    metadata: bool = typer.Option(False, "--metadata", help="Also read each release's Requires-Dist, Provides-Extra and file size (wheel METADATA by range request) for `fix`'s resolution check and install commands."),
 ) -> int:
     """Ask the package index for every version of the catalogue's packages (and the CUDA and
     cuDNN new torch releases pin). Writes all files or none; exit 1 when the index is unreachable."""
@@ -38,6 +39,14 @@ def refresh(
         rules_dir() / "releases", output=output, packages=names, method=method, index=index, python=sys.executable, dry_run=dry_run
     )
     lines = [f"{'would update' if dry_run else 'updated'} via {result.method}:"]
+    if metadata and not dry_run:
+        from doctor.releases.metadata import METADATA_FLOOR
+        from doctor.releases.refresh import refresh_metadata, refresh_torch_sizes
+
+        out_dir = output or rules_dir() / "releases"
+        meta = refresh_metadata(out_dir if output else rules_dir() / "releases", output=output, packages=[n for n in METADATA_FLOOR if not package or n in names], index=index)
+        refresh_torch_sizes(out_dir, output=output, index=index)
+        lines.append(f"  install metadata: {', '.join(meta.added)}")
     for name, added in result.added.items():
         lines.append(f"  {name}: {len(added)} new" + (f" ({', '.join(added[-5:])}{' ...' if len(added) > 5 else ''})" if added else ""))
     for path in result.written:
