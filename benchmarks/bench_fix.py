@@ -37,18 +37,25 @@ def main() -> None:
     args = ap.parse_args()
     base = [sys.executable, "-m", "doctor"]
     print("# fix benchmark\n")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores (shared), Python {platform.python_version()}; median of {args.runs} fresh processes each\n")
-    print("| seed | check --no-kernels | fix | ratio | target |")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores (shared), Python {platform.python_version()}; min of {args.runs} fresh processes each, check and fix interleaved (the machine is shared: medians shown too)\n")
+    print("| seed | check --no-kernels | fix | ratio (min) | target |")
     print("|---|---|---|---|---|")
     ratios = []
     for snap in sorted(SEEDS.glob("*.snapshot.json")):
         wl = snap.with_name(snap.name.replace(".snapshot.json", ".workload.yaml"))
         inputs = ["--env", str(snap), "--workload", str(wl), "--format", "json"]
         wall(base + ["fix", *inputs], 1)  # warm caches
-        check = statistics.median(wall(base + ["check", "--no-kernels", *inputs], args.runs))
-        fix = statistics.median(wall(base + ["fix", *inputs], args.runs))
+        cs: List[float] = []
+        fs: List[float] = []
+        for _ in range(args.runs):  # interleaved, so load on a shared machine hits both alike
+            cs += wall(base + ["check", "--no-kernels", *inputs], 1)
+            fs += wall(base + ["fix", *inputs], 1)
+        check, fix = min(cs), min(fs)
         ratios.append(fix / check)
-        print(f"| {snap.name.split('.')[0]} | {check * 1000:.0f} ms | {fix * 1000:.0f} ms | {fix / check:.2f}x | <= 1.5x |")
+        print(
+            f"| {snap.name.split('.')[0]} | {check * 1000:.0f} ms (median {statistics.median(cs) * 1000:.0f}) "
+            f"| {fix * 1000:.0f} ms (median {statistics.median(fs) * 1000:.0f}) | {fix / check:.2f}x | <= 1.5x |"
+        )
     print(f"\nworst ratio: {max(ratios):.2f}x")
 
 
