@@ -16,6 +16,7 @@ from dataclasses import replace
 from fnmatch import fnmatchcase
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from doctor.asked import asked_lines
 from doctor.model import BackendStatus, CaseResult, Finding, Report, Workload
 from doctor.rules.loader import Catalogue
 
@@ -154,7 +155,7 @@ def link_kernels(report: Report, cat: Catalogue, kernel_run: Any) -> Report:
         backends=tuple(backends),
         kernels=results,
         rule_results=report.rule_results + extra_results,
-        kernel_summary=_timings(kernel_run),
+        kernel_summary=_timings(kernel_run) + asked_lines(report, kernel_run),
     )
 
 

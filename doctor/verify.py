@@ -413,6 +413,9 @@ class KernelRun:
     timings: Tuple[Timing, ...] = ()
     fastest: Tuple[Timing, ...] = ()  # per shape: the fastest backend that passed
     cases: Tuple[CaseSpec, ...] = ()
+    # What each installed library itself would pick for the asked workloads (kernels/ask.py),
+    # asked in the first worker before any case: {"name": ..., "answers": [...]} each.
+    asked: Tuple[Dict[str, Any], ...] = ()
 
     def counts(self) -> Dict[str, int]:
         out = {s: 0 for s in STATUSES}
@@ -447,6 +450,7 @@ class KernelRun:
             "fastest": [asdict(t) for t in self.fastest],
             "timings": [asdict(t) for t in self.timings],
             "cases": cases,
+            "asked": list(self.asked),
         }
 
 
@@ -500,7 +504,8 @@ class _Worker:
     """One worker process: JSON in on stdin, events out through a reader thread."""
 
     def __init__(self, python: str, cases: Sequence[CaseSpec], device: str,
-                 env: Optional[Mapping[str, str]], stderr_path: Path) -> None:
+                 env: Optional[Mapping[str, str]], stderr_path: Path,
+                 ask: Sequence[Mapping[str, Any]] = ()) -> None:
         self.t_spawn = time.time()
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "wb")
@@ -513,7 +518,7 @@ class _Worker:
             env=full_env, start_new_session=True,
         )
         self.events: "queue.Queue[Optional[Dict[str, Any]]]" = queue.Queue()
-        doc = json.dumps({"protocol": PROTOCOL, "device": device,
+        doc = json.dumps({"protocol": PROTOCOL, "device": device, "ask": list(ask),
                           "cases": [c.to_json() for c in cases]})
         threading.Thread(target=self._feed, args=(doc,), daemon=True).start()
         threading.Thread(target=self._read, daemon=True).start()
@@ -560,8 +565,11 @@ class _Worker:
 def run_cases(cases: Sequence[CaseSpec], *, python: str = sys.executable,
               timeout_s: float = DEFAULT_TIMEOUT_S, observer: Any = None,
               env: Optional[Mapping[str, str]] = None, device: str = "auto",
-              startup_timeout_s: float = STARTUP_TIMEOUT_S) -> KernelRun:
-    """Run the cases in worker processes; restart after a crash or timeout."""
+              startup_timeout_s: float = STARTUP_TIMEOUT_S,
+              ask: Sequence[Mapping[str, Any]] = ()) -> KernelRun:
+    """Run the cases in worker processes; restart after a crash or timeout. `ask`: workloads
+    (Workload field dicts) for which the first worker asks each installed library which
+    backend it would pick, before any kernel runs (`KernelRun.asked`)."""
     t0 = time.time()
     _notify(observer, "on_start", len(cases))
     pending: List[CaseSpec] = list(cases)
@@ -571,6 +579,7 @@ def run_cases(cases: Sequence[CaseSpec], *, python: str = sys.executable,
     ph: Dict[str, float] = {"worker_start_s": 0.0, "import_s": 0.0, "cuda_init_s": 0.0,
                             "cases_s": 0.0, "restart_s": 0.0}
     workers = 0
+    asked: List[Dict[str, Any]] = []
 
     def record(spec: CaseSpec, status: str, detail: str, *, max_rel: Optional[float] = None,
                ms: Optional[float] = None, tflops: Optional[float] = None,
@@ -585,7 +594,8 @@ def run_cases(cases: Sequence[CaseSpec], *, python: str = sys.executable,
     with tempfile.TemporaryDirectory(prefix="attn-doctor-") as tmp:
         while pending:
             try:
-                w = _Worker(python, pending, device, env, Path(tmp) / f"worker{workers}.stderr")
+                w = _Worker(python, pending, device, env, Path(tmp) / f"worker{workers}.stderr",
+                            ask=ask if workers == 0 else ())
             except OSError as exc:
                 for c in pending:
                     record(c, "skipped", f"kernel worker could not be started with {python}: "
@@ -645,6 +655,9 @@ def run_cases(cases: Sequence[CaseSpec], *, python: str = sys.executable,
                     else:
                         ph["restart_s"] += now - w.t_spawn
                     deadline = now + timeout_s
+                elif kind == "ask":
+                    asked.append({k: v for k, v in ev.items() if k != "event"})
+                    deadline = now + timeout_s
                 elif kind == "start":
                     current = by_id.get(str(ev.get("id")))
                     t_case = now
@@ -681,11 +694,24 @@ def run_cases(cases: Sequence[CaseSpec], *, python: str = sys.executable,
         phases=Phases(total_s=time.time() - t0, workers=workers, **ph),
         environment=_environment(env_ev),
         cases=tuple(cases),
+        asked=tuple(asked),
     )
     timings, fastest = _timings(run)
     run = replace(run, timings=timings, fastest=fastest)
     _notify(observer, "on_done", run)
     return run
+
+
+def ask_request(workload: Workload, name: str = "workload") -> Dict[str, Any]:
+    """The worker's `ask` entry for a workload: its fields as kernels/ask.py reads them."""
+    keys = ("dtype", "head_dim_qk", "head_dim_v", "num_heads", "num_kv_heads", "seq_len_q",
+            "seq_len_kv", "batch_size", "mask", "window_size", "softcap", "alibi", "dropout",
+            "qkv_format", "qkv_packed", "varlen", "training", "deterministic", "fp8")
+    req: Dict[str, Any] = {k: getattr(workload, k) for k in keys}
+    req["window_size"] = list(workload.window_size) if workload.window_size else None
+    req["cp_size"] = workload.cp_size
+    req["name"] = name
+    return req
 
 
 def _environment(ev: Mapping[str, Any]) -> Environment:
@@ -826,6 +852,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     ap.add_argument("--only", action="append", default=[],
                     help="keep only cases whose id matches this glob (repeatable)")
+    ap.add_argument("--no-ask", action="store_true",
+                    help="do not ask the libraries for their own backend pick first")
     args = ap.parse_args(argv)
     installed = (set(args.backends.split(",")) if args.backends else installed_backends())
     workload = _load_workload(args.workload) if args.workload else None
@@ -836,7 +864,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "installed": sorted(installed)}
     out = Path(args.out)
     run = run_cases(cases, python=args.python, timeout_s=args.timeout, device=args.device,
-                    observer=_PartialWriter(out, plan, len(cases)))
+                    observer=_PartialWriter(out, plan, len(cases)),
+                    ask=[] if args.no_ask else [ask_request(workload or Workload())])
     doc = run.to_json()
     doc["plan"] = plan
     out.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")

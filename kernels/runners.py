@@ -298,26 +298,55 @@ def _te(spec: Mapping[str, Any], inp: Inputs, device: torch.device) -> Fn:
     else:
         fmt = "bshd"
         q, k, v = inp.q, inp.k, inp.v
-    if spec.get("softcap", 0.0):
-        raise Unsupported("TransformerEngine DotProductAttention has no softcap")
     module_kw: Dict[str, Any] = dict(
         num_attention_heads=hq, kv_channels=(dqk, dv) if dqk != dv else dqk,
         num_gqa_groups=hkv, attention_dropout=float(spec.get("dropout", 0.0)),
         qkv_format=fmt, attn_mask_type=mask_type,
     )
+    accepted = _init_params(te.DotProductAttention)
+    if spec.get("softcap", 0.0):
+        if "softcap" not in accepted:  # TE grew a softcap argument in 2.x
+            raise Unsupported("this TransformerEngine's DotProductAttention has no softcap")
+        module_kw["softcap"] = float(spec["softcap"])
     if spec.get("window") is not None:
         module_kw["window_size"] = tuple(spec["window"])
     dpa = te.DotProductAttention(**module_kw)
     dpa = dpa.to(device)
+    autocast = _te_fp8_autocast(te) if spec["dtype"] == "fp8" else None
 
     def fn() -> torch.Tensor:
-        o = _first(dpa(q, k, v, **kw))
+        if autocast is not None:
+            with autocast():
+                o = _first(dpa(q, k, v, **kw))
+        else:
+            o = _first(dpa(q, k, v, **kw))
         if fmt == "thd":
             return o.view(o.shape[0], hq, dv)
         o = o.view(o.shape[0], o.shape[1], hq, dv)
         return o.transpose(0, 1) if fmt == "sbhd" else o
 
     return fn
+
+
+def _init_params(cls: Any) -> set:
+    import inspect
+
+    try:
+        return set(inspect.signature(cls.__init__).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def _te_fp8_autocast(te: Any) -> Callable[[], Any]:
+    """FP8 attention in TE: bf16 tensors in, DotProductAttention run under the FP8 autocast
+    with a recipe that asks for FP8 attention (fp8_dpa); TE quantises q/k/v itself."""
+    from transformer_engine.common.recipe import DelayedScaling
+
+    recipe = DelayedScaling(fp8_dpa=True)
+    ctx = getattr(te, "autocast", None)
+    if ctx is not None:
+        return lambda: ctx(enabled=True, recipe=recipe)
+    return lambda: te.fp8_autocast(enabled=True, fp8_recipe=recipe)
 
 
 def _te_reset_backend_cache() -> None:

@@ -149,7 +149,8 @@ def _run_kernels(inputs, quiet: bool):  # type: ignore[no-untyped-def]
         from doctor.commands.progress import RichProgress
 
         observer = RichProgress()
-    return verify.run_cases(cases, observer=observer), None
+    return verify.run_cases(cases, observer=observer,
+                            ask=[verify.ask_request(inputs.workload)]), None
 
 
 check_context = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": ["-h", "--help"]}
