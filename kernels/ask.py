@@ -116,6 +116,8 @@ def torch_choice(workload: Mapping[str, Any], device: Any = None) -> Dict[str, A
         dqk, dv = int(w["head_dim_qk"]), int(w["head_dim_v"])
         while b * hq * max(sq, skv) * max(dqk, dv) > MAX_ELEMENTS and max(sq, skv) > 256:
             sq, skv = max(1, sq // 2), max(1, skv // 2)
+        if w["dtype"] == "fp8" or w["fp8"]:
+            raise ValueError("SDPA has no FP8 attention")
         dt = _torch_dtype(torch, w["dtype"])
         grad = bool(w["training"])
         q = torch.empty(b, hq, sq, dqk, dtype=dt, device=dev, requires_grad=grad)
@@ -131,10 +133,17 @@ def torch_choice(workload: Mapping[str, Any], device: Any = None) -> Dict[str, A
             causal = True
         p = float(w["dropout"])
         gqa = hq != hkv
+        was_det = torch.are_deterministic_algorithms_enabled()
+        was_warn = torch.is_deterministic_algorithms_warn_only_enabled()
+        if w["deterministic"]:  # what a deterministic training run sets
+            torch.use_deterministic_algorithms(True)
         try:
             idx = int(torch._fused_sdp_choice(q, k, v, mask, p, causal, enable_gqa=gqa))
         except TypeError:  # torch < 2.5: no enable_gqa argument
             idx = int(torch._fused_sdp_choice(q, k, v, mask, p, causal))
+        except Exception:
+            torch.use_deterministic_algorithms(was_det, warn_only=was_warn)
+            raise
         ans["selected"] = _SDPA_NAMES.get(idx, f"backend {idx}")
         cuda = torch.backends.cuda
         for bid, fn in _SDPA_CHECKS.items():
@@ -151,6 +160,7 @@ def torch_choice(workload: Mapping[str, Any], device: Any = None) -> Dict[str, A
             ans["available"][bid] = ok
             if not ok:
                 ans["reasons"][bid] = (_messages(caught) + _native_lines(native))[:4]
+        torch.use_deterministic_algorithms(was_det, warn_only=was_warn)
         ans["available"]["sdpa.math"] = True
         ans["asked_shape"] = [b, hq, hkv, sq, skv, dqk, dv]
     except Exception as exc:
@@ -241,6 +251,8 @@ def te_choice(workload: Mapping[str, Any]) -> Dict[str, Any]:
             head_dim_v=int(w["head_dim_v"]), attn_mask_type=te_mask(w),
             attention_dropout=float(w["dropout"]), deterministic=bool(w["deterministic"]),
             is_training=bool(w["training"]),
+            # DotProductAttention passes True only for a bias tensor that needs a gradient
+            core_attention_bias_requires_grad=False,
         )
         fields = getattr(dpa_utils.AttentionParams, "__dataclass_fields__", {})
         if thd and "num_tokens_q" in fields:
@@ -266,7 +278,7 @@ def te_choice(workload: Mapping[str, Any]) -> Dict[str, Any]:
             kw.update(context_parallel=True, cp_size=int(w["cp_size"]))
             if w.get("cp_comm_type"):
                 kw["cp_comm_type"] = str(w["cp_comm_type"])
-        if w["fp8"]:
+        if w["fp8"] or w["dtype"] == "fp8":  # FP8 attention: bf16 tensors under fp8_dpa
             from transformer_engine.common.recipe import DelayedScaling
 
             kw.update(fp8=True, fp8_meta={"recipe": DelayedScaling(fp8_dpa=True)})

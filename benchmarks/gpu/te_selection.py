@@ -18,7 +18,7 @@ import json
 import sys
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 BASE: Dict[str, Any] = dict(dtype="bf16", head_dim_qk=128, head_dim_v=128, num_heads=32,
                             num_kv_heads=8, seq_len_q=4096, seq_len_kv=4096, batch_size=2,
@@ -57,8 +57,8 @@ VARIATIONS: List[Dict[str, Any]] = [
     {"deterministic": True}, {"deterministic": True, "head_dim_qk": 256, "head_dim_v": 256},
     {"deterministic": True, "dropout": 0.1},
     {"training": False}, {"training": False, "head_dim_qk": 256, "head_dim_v": 256},
-    {"fp8": True}, {"fp8": True, "training": False}, {"fp8": True, "head_dim_qk": 192, "head_dim_v": 128},
-    {"fp8": True, "mask": "no_mask"},
+    {"dtype": "fp8"}, {"dtype": "fp8", "training": False},
+    {"dtype": "fp8", "head_dim_qk": 192, "head_dim_v": 128}, {"dtype": "fp8", "mask": "no_mask"},
     {"seq_len_q": 32768, "seq_len_kv": 32768, "batch_size": 1}, {"seq_len_q": 512, "seq_len_kv": 512},
     {"seq_len_q": 100, "seq_len_kv": 100}, {"seq_len_q": 4095, "seq_len_kv": 4095},
     {"batch_size": 64, "seq_len_q": 512, "seq_len_kv": 512},
@@ -85,12 +85,29 @@ def _workload(d: Dict[str, Any]) -> Any:
 
     names = {f.name for f in fields(Workload)}
     kw = {k: v for k, v in d.items() if k in names}
+    if kw.pop("fp8", False):  # FP8 attention: the doctor's workload says dtype fp8
+        kw["dtype"] = "fp8"
     if kw.get("window_size") is not None:
         kw["window_size"] = tuple(kw["window_size"])
     w = Workload(**kw)
     if int(d.get("cp_size") or 1) > 1:
         w = replace(w, context_parallel=replace(ContextParallel(), size=int(d["cp_size"])))
     return w
+
+
+def not_comparable(library: str, w: Dict[str, Any]) -> Optional[str]:
+    """Workloads where the library question cannot stand for the workload's real call path
+    (the row is listed, and left out of the agreement figure)."""
+    if library != "torch":
+        return None
+    if w.get("varlen") or w.get("qkv_format") == "thd":
+        return "SDPA runs packed sequences as nested tensors; _fused_sdp_choice was asked on a dense shape"
+    if str(w.get("mask", "")).endswith("bottom_right") and w.get("seq_len_q") != w.get("seq_len_kv"):
+        return ("bottom-right causal with seq_q != seq_kv goes through CausalBias's own dispatch, "
+                "not _fused_sdp_choice (asked with an explicit mask)")
+    if w.get("dtype") == "fp8" or w.get("fp8"):
+        return "SDPA has no FP8 attention"
+    return None
 
 
 def compare(snapshot: Path, answers: Path, prefix: Path) -> Dict[str, Any]:
@@ -115,6 +132,9 @@ def compare(snapshot: Path, answers: Path, prefix: Path) -> Dict[str, Any]:
             predicted = next((b.id for b in mine if b.selected), None)
             avail = {b.id: b.available for b in mine}
             c = compare_one(ans, predicted, avail)
+            why_not = not_comparable(ans["library"], item["workload"])
+            if why_not and c["verdict"] != "not_asked":
+                c = dict(c, verdict="not_comparable", detail=why_not)
             rows.append({
                 "name": item["name"], "library": ans["library"], "verdict": c["verdict"],
                 "library_pick": c.get("library"), "doctor_pick": c.get("doctor"),
@@ -128,7 +148,8 @@ def compare(snapshot: Path, answers: Path, prefix: Path) -> Dict[str, Any]:
             })
     out: Dict[str, Any] = {"snapshot": str(snapshot), "answers": str(answers), "libraries": {}}
     for lib in sorted({r["library"] for r in rows}):
-        mine = [r for r in rows if r["library"] == lib and r["verdict"] != "not_asked"]
+        mine = [r for r in rows if r["library"] == lib
+                and r["verdict"] not in ("not_asked", "not_comparable")]
         pairs = sum(len(r["library_available"] or {}) for r in mine)
         bad_pairs = sum(len(r["mismatches"]) for r in mine)
         out["libraries"][lib] = {
@@ -136,6 +157,7 @@ def compare(snapshot: Path, answers: Path, prefix: Path) -> Dict[str, Any]:
             "selection_agree": sum(r["verdict"] == "confirmed" for r in mine),
             "availability_pairs": pairs, "availability_agree": pairs - bad_pairs,
             "not_asked": sum(r["verdict"] == "not_asked" for r in rows if r["library"] == lib),
+            "not_comparable": sum(r["verdict"] == "not_comparable" for r in rows if r["library"] == lib),
         }
     out["rows"] = rows
     prefix.with_suffix(".json").write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
