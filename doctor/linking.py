@@ -25,7 +25,8 @@ REFUSED = ("unsupported",)
 # Backends whose kernel adapters have run on a real GPU (docs/gpu-runs/). An unpredicted failure
 # of any other adapter may be the harness's own fault, so it is reported as a warning that says
 # so instead of failing a CI gate.
-GPU_VALIDATED = ("sdpa.flash", "sdpa.efficient", "sdpa.cudnn", "sdpa.math", "sdpa.flex", "flash_attn.fa4")
+GPU_VALIDATED = ("sdpa.flash", "sdpa.efficient", "sdpa.cudnn", "sdpa.math", "sdpa.flex", "flash_attn.fa4",
+                 "flash_attn.fa2", "te.flash", "te.fused", "te.unfused")
 
 
 def _matches(case_id: str, patterns: Sequence[str]) -> bool:

@@ -57,6 +57,9 @@ class CudnnInfo:
     installed: Optional[str] = None  # newest nvidia-cudnn-cuXX wheel or system libcudnn found
     bundled: Optional[str] = None  # what the installed torch wheel pins (Requires-Dist)
     mismatch: Optional[str] = None  # installed vs loaded vs bundled disagree: how
+    # A libcudnn on the system library path (outside the Python wheels) whose version differs
+    # from the effective one: the first such version (snapshot key cudnn.system, a list).
+    system: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,19 @@ def _section(cls: type, data: Any) -> Any:
     return cls(**kwargs)
 
 
+def _other_system_cudnn(system: Any, effective: Optional[str]) -> Optional[str]:
+    """The version of the first system libcudnn that differs from the effective cuDNN; ""
+    when the snapshot lists the system libraries and none differs; None when it does not say."""
+    if system is None:
+        return None
+    entries = system if isinstance(system, (list, tuple)) else [system]
+    for e in entries:
+        v = e.get("version") if isinstance(e, Mapping) else e
+        if v and str(v) != str(effective):
+            return str(v)
+    return ""
+
+
 def _cuda_from_label(version: str) -> Optional[str]:
     """'2.4.1+cu121' -> '12.1', '2.9.0+cu130' -> '13.0'; None when the label does not say."""
     import re
@@ -160,6 +176,7 @@ def facts_from_snapshot(doc: Mapping[str, Any], source: str = "probe") -> Facts:
     cudnn = _section(CudnnInfo, doc.get("cudnn"))
     if cudnn.version is None:
         cudnn = replace(cudnn, version=cudnn.loaded or torch.cudnn_version or cudnn.installed)
+    cudnn = replace(cudnn, system=_other_system_cudnn(cudnn.system, cudnn.version))
     env = doc.get("env")
     return Facts(
         packages=frozen_map({str(k): str(v) for k, v in packages.items()})
