@@ -361,7 +361,7 @@ def run_case(spec: Mapping[str, Any], device: Any,
         if res["status"] == "passed" and spec.get("bench"):
             ms = time_case(fn, inp, fwdbwd, device)
             res["ms"] = round(ms, 4)
-            res["tflops"] = round(ref.attention_flops(spec) / (ms * 1e-3) / 1e12, 3)
+            res["tflops"] = float(f"{ref.attention_flops(spec) / (ms * 1e-3) / 1e12:.4g}")
     except Exception as exc:
         fatal = _is_fatal(exc)
         res.update(status="crashed" if fatal else "failed",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from doctor.errors import ExitCode, InputError
-from doctor.model import facts_from_snapshot
+from doctor.snapshot import facts_from_snapshot
 from doctor.probe import collect
 from doctor.snapshot import dump, load_snapshot, validate_snapshot
 
@@ -168,7 +168,7 @@ def test_validate_snapshot_alone() -> None:
 
 
 def test_system_cudnn_fact_names_a_differing_system_library_only() -> None:
-    from doctor.model import facts_from_snapshot
+    from doctor.snapshot import facts_from_snapshot
 
     def system(section: dict) -> object:
         return facts_from_snapshot({"cudnn": {"loaded": "9.19.0", **section}}).cudnn.system

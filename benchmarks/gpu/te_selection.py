@@ -112,8 +112,8 @@ def not_comparable(library: str, w: Dict[str, Any]) -> Optional[str]:
 
 def compare(snapshot: Path, answers: Path, prefix: Path) -> Dict[str, Any]:
     from doctor.app import probe_snapshot
-    from doctor.asked import compare as compare_one
-    from doctor.model import facts_from_snapshot
+    from doctor.verify.asked import compare as compare_one
+    from doctor.snapshot import facts_from_snapshot
     from doctor.rules.evaluate import diagnose
     from doctor.rules.loader import load_catalogue
 

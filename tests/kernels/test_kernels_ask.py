@@ -1,5 +1,5 @@
 """Asking the libraries for their own backend pick (kernels/ask.py) and the join with the
-doctor's prediction (doctor/asked.py): on CPU with torch, without TransformerEngine."""
+doctor's prediction (doctor/verify/asked.py): on CPU with torch, without TransformerEngine."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from doctor.asked import asked_lines, compare
+from doctor.verify.asked import asked_lines, compare
 from doctor.model import BackendStatus, Facts, Report, Workload
-from doctor.verify import CaseSpec, ask_request, kernels_dir, run_cases
+from doctor.resources import kernels_dir
+from doctor.verify import CaseSpec, ask_request, run_cases
 
 
 @pytest.fixture(scope="module")

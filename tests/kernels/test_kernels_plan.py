@@ -7,7 +7,8 @@ from pathlib import Path
 
 from doctor.model import Facts, GpuInfo, TorchInfo, Workload
 from doctor.verify import (BACKENDS, CASE_ID_PATTERN, SDPA_BACKENDS, installed_backends,
-                           kernels_available, kernels_dir, make_case, matches, plan_cases)
+                           kernels_available, make_case, matches, plan_cases)
+from doctor.resources import kernels_dir
 
 ALL_SDPA = set(SDPA_BACKENDS)
 
@@ -65,7 +66,9 @@ def test_only_expressible_cases_are_planned() -> None:
                    and c.seq_q != c.seq_kv for c in plan)
     assert {c.backend for c in plan if c.layout == "kvcache"} == {"flash_attn.fa2",
                                                                   "flash_attn.fa3"}
-    assert {c.backend for c in plan if c.dtype == "fp8"} == {"flash_attn.fa3"}
+    assert {c.backend for c in plan if c.dtype == "fp8"} == {"flash_attn.fa3", "te.flash",
+                                                              "te.fused", "te.unfused"}
+    assert {c.backend for c in plan if c.softcap} >= {"te.flash", "te.fused", "te.unfused"}
     assert all(c.dropout == 0 or c.head_dim_v >= c.seq_kv for c in plan)
 
 

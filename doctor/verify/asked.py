@@ -3,7 +3,7 @@ kernel worker before any case) to the doctor's static selection for the same wor
 
 One (label, value) line per library and per backend whose availability disagrees; a line
 says `confirmed` when the library's pick equals the predicted one and `refuted` otherwise.
-Kept apart from linking.py so the kernel join stays small.
+Kept apart from link.py so the kernel join stays small.
 """
 
 from __future__ import annotations
