@@ -216,6 +216,7 @@ def check(
         kernels_skipped=kernels_skipped,
         assumed=tuple(str(p) for p in inputs.pins) + tuple(f"{k}={v}" if v is not None else f"unset {k}" for k, v in inputs.env_changes),
         rule_results=tuple((r.rule_id, r.status) for r in diagnosis.results),
+        call_path=diagnosis.path,
     )
     if kernel_run is not None:
         from doctor.verify.link import link_kernels
@@ -379,10 +380,11 @@ def lint_rules(paths: Sequence[Path]) -> Tuple[List["CaseOutcome"], int]:
     builtin = rules_dir().resolve()
     extra = [p for p in paths if builtin not in (Path(p).resolve(), *Path(p).resolve().parents)]
     cat = load_catalogue(extra, builtin=True, use_cache=False)
-    own = [str(Path(p)) for p in paths]
+    own = [Path(p).resolve() for p in paths]
 
     def mine(rule: Any) -> bool:
-        return not own or any(rule.path.startswith(p) or rule.path == p for p in own)
+        where = Path(rule.path).resolve()
+        return not own or any(where == p or p in where.parents for p in own)
 
     outcomes = run_rule_cases(cat, mine)
     return [o for o in outcomes if not o.ok], len(outcomes)

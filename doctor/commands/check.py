@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from doctor.commands.common import emit
-from doctor.commands.options import WORKLOAD_FLAGS_HELP, parse_workload_flags
+from doctor.commands.options import WORKLOAD_FLAGS_HELP, check_options, parse_workload_flags
 from doctor.errors import ExitCode, InputError
 
 def check(
@@ -52,17 +52,9 @@ def check(
             workload_file=workload, model=model, flags=flags, format=format, style=style,
             kernels=not no_kernels, timeout_s=timeout,
         )
-    opts = core.CheckOptions(
-        env_files=core.expand_env_files(env or []),
-        workload_file=workload,
-        model=model,
-        workload_flags=flags,
-        assume=tuple(assume or ()),
-        assume_env=tuple(assume_env or ()),
-        rules_dirs=tuple(rules_dir or ()),
-        probe=core.ProbeOptions(static=static),  # the torch-importing child is cached for an hour
-        kernels=not no_kernels,
-        kernels_only=kernels_only,
+    opts = check_options(
+        env=core.expand_env_files(env or []), workload=workload, model=model, extra_args=ctx.args, assume=assume,
+        assume_env=assume_env, rules_dir=rules_dir, static=static, kernels=not no_kernels, kernels_only=kernels_only,
     )
     observer = None
     if format == "text" and style.color:

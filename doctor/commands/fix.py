@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from doctor.commands.common import emit
-from doctor.commands.options import WORKLOAD_FLAGS_HELP, parse_workload_flags
+from doctor.commands.options import WORKLOAD_FLAGS_HELP, check_options
 from doctor.errors import ExitCode, InputError
 
 if TYPE_CHECKING:
@@ -40,18 +40,10 @@ def fix(
     check_format("fix", format)
     if (output or constraints or dry_run) and not pin:
         raise InputError("--output, --constraints and --dry-run go with --pin", hint="add --pin")
-    flags = parse_workload_flags(ctx.args)
     opts = core.FixOptions(
-        check=core.CheckOptions(
-            env_files=tuple(env or ()),
-            workload_file=workload,
-            model=model,
-            workload_flags=flags,
-            assume=tuple(assume or ()),
-            assume_env=tuple(assume_env or ()),
-            rules_dirs=tuple(rules_dir or ()),
-            probe=core.ProbeOptions(static=static),
-            releases=releases,
+        check=check_options(
+            env=env or (), workload=workload, model=model, extra_args=ctx.args, assume=assume,
+            assume_env=assume_env, rules_dir=rules_dir, static=static, releases=releases,
         ),
         verify_args=tuple(_input_args(env, workload, model, rules_dir, ctx.args, assume, assume_env)),
     )
