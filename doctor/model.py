@@ -355,7 +355,7 @@ class BackendStatus:
     evidence: Tuple[str, ...] = ()  # what kernel cases saw for this backend
 
 
-CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type")
+CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports")
 
 
 @dataclass(frozen=True)
@@ -369,6 +369,8 @@ class CallPath:
     packing: str
     model_type: Optional[str]
     inferred: Tuple[str, ...] = ()
+    # does transformers (this release) let model_type load with this attention? None: not known
+    model_supports: Optional[bool] = None
 
     def describe(self, packages: Optional[Mapping[str, str]] = None) -> str:
         """One line: `transformers 4.44.2 (qwen2) -> flash_attention_2 -> flash-attn 2.6.3 varlen; CP: none`."""
@@ -416,3 +418,4 @@ class Report:
     rule_results: Tuple[Tuple[str, str], ...] = ()  # (rule id, fired|passed|not_evaluated)
     kernel_summary: Tuple[Tuple[str, str], ...] = ()  # (label, value) lines from the kernel run
     call_path: Optional[CallPath] = None  # who runs attention
+    notes: Tuple[str, ...] = ()  # where inputs came from (--config files) and what they lacked

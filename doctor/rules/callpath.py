@@ -17,7 +17,7 @@ them as `path.<field>` (e.g. a TransformerEngine context-parallel rule needs `pa
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from doctor.model import CALL_PATH_FIELDS as FIELDS
 from doctor.model import CallPath, Facts, Workload
@@ -103,6 +103,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         cp_impl = guess
         inferred.append("cp_impl")
     return CallPath(
+        model_supports=_model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None,
         framework=framework,
         attention=attention,
         library=library,
@@ -111,3 +112,38 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         model_type=workload.model_type,
         inferred=tuple(inferred),
     )
+
+
+def _model_supports(transformers: Optional[str], model_type: Optional[str], attention: Optional[str]) -> Optional[bool]:
+    """From rules/releases/transformers-attn-support.json (tools/hf_attn_support.py): the
+    newest release there at or below the installed one. None when any of it is unknown."""
+    if not transformers or not model_type or not attention:
+        return None
+    table = _support_table()
+    from doctor.versions import release
+
+    have = release(transformers)
+    if have is None:
+        return None
+    known = sorted((v for v in table if (release(v) or have) <= have), key=lambda v: release(v) or have)
+    if not known:
+        return None
+    impls = table[known[-1]].get(model_type)
+    return None if impls is None else attention in impls
+
+
+_TABLE: Dict[str, Dict[str, List[str]]] = {}
+
+
+def _support_table() -> Dict[str, Dict[str, List[str]]]:
+    if not _TABLE:
+        import json
+
+        from doctor.resources import rules_dir
+
+        try:
+            doc = json.loads((rules_dir() / "releases" / "transformers-attn-support.json").read_text(encoding="utf-8"))
+            _TABLE.update(doc.get("releases") or {})
+        except (OSError, ValueError):
+            pass
+    return _TABLE
