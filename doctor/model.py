@@ -58,6 +58,9 @@ class CudnnInfo:
     installed: Optional[str] = None  # newest nvidia-cudnn-cuXX wheel or system libcudnn found
     bundled: Optional[str] = None  # what the installed torch wheel pins (Requires-Dist)
     mismatch: Optional[str] = None  # installed vs loaded vs bundled disagree: how
+    # A libcudnn on the system library path (outside the Python wheels) whose version differs
+    # from the effective one (snapshot key cudnn.system, a list); "" when none differs.
+    system: Optional[str] = None
 
 
 @dataclass(frozen=True)
