@@ -136,7 +136,7 @@ def load_inputs(opts: CheckOptions) -> Inputs:
     for r in reads:  # variables the framework sets itself (Megatron's --attention-backend)
         for k, v in r.env.items():
             env_changes.setdefault(k, v)
-    notes = tuple(f"config {r.path} ({r.kind}): {t}" for r in reads for t in r.took) + tuple(
+    notes = tuple(f"config {r.path} ({r.kind}) gave: " + "; ".join(r.took) for r in reads if r.took) + tuple(
         f"config {r.path} ({r.kind}): {n}" for r in reads for n in r.notes
     )
     inputs = Inputs(

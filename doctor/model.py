@@ -385,7 +385,7 @@ class BackendStatus:
     evidence: Tuple[str, ...] = ()  # what kernel cases saw for this backend
 
 
-CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type")
+CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "needs_mask", "gqa_form")
 
 
 @dataclass(frozen=True)
@@ -399,6 +399,12 @@ class CallPath:
     packing: str
     model_type: Optional[str]
     inferred: Tuple[str, ...] = ()
+    # does transformers (this release) let model_type load with this attention? None: not known
+    model_supports: Optional[bool] = None
+    needs_mask: bool = False  # the call passes an attention-mask tensor (padded batches)
+    # how grouped-query attention reaches the kernel: none | native (the kernel takes fewer kv
+    # heads) | enable_gqa (torch SDPA's flag) | repeat_kv (kv heads copied up first); None: unknown
+    gqa_form: Optional[str] = None
 
     def describe(self, packages: Optional[Mapping[str, str]] = None) -> str:
         """One line: `transformers 4.44.2 (qwen2) -> flash_attention_2 -> flash-attn 2.6.3 varlen; CP: none`."""

@@ -89,7 +89,7 @@ def test_what_a_config_gave_is_in_every_format(capsys: pytest.CaptureFixture[str
         with pytest.raises(SystemExit):
             main(["check", "--no-kernels", "--format", fmt, *args])
         out = capsys.readouterr().out
-        assert "megatron-args.txt (megatron): context_parallel_size -> context_parallel.size=2" in out
+        assert "megatron-args.txt (megatron) gave:" in out and "context_parallel_size -> context_parallel.size=2" in out
 
 
 @pytest.mark.parametrize("text,suffix,message", [
