@@ -26,6 +26,7 @@ from doctor.rules.loader import load_catalogue
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = ROOT / "docs" / "examples" / "seeds"
+FIELD = ROOT / "tests" / "field" / "cases"
 CAT = load_catalogue(use_cache=False)
 REL = load_release_catalogue()
 
@@ -40,12 +41,24 @@ def _specs() -> List[Any]:
             continue
         for i, case in enumerate(rule.tests["fires"]):
             out.append(pytest.param(("case", rule.id, case), id=f"{rule.id}-{i}"))
+    import yaml
+
+    for path in sorted(FIELD.glob("*/*.yaml")):
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if isinstance(doc, dict) and doc.get("fix") and doc.get("snapshot"):
+            out.append(pytest.param(("field", doc["id"], doc), id=f"field-{doc['id']}"))
     return out
 
 
 def _plan(spec: Tuple[Any, ...], tmp_path: Path) -> Tuple[FixPlan, List[str]]:
     if spec[0] == "seed":
         snap, wl = spec[1], spec[2]
+    elif spec[0] == "field":
+        case = spec[2]
+        snap = tmp_path / "snap.json"
+        snap.write_text(json.dumps(case["snapshot"]), encoding="utf-8")
+        wl = tmp_path / "workload.json"
+        wl.write_text(json.dumps(case.get("workload") or {}), encoding="utf-8")
     else:
         case: Mapping[str, Any] = spec[2]
         snap = tmp_path / "snap.json"
