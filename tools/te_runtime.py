@@ -428,6 +428,13 @@ class Release:
         saved = dict(os.environ)
         os.environ.update(case["env"])
         try:
+            if self.version.startswith("1.") and hasattr(self.mod, "FlashAttention") and "flash-attn" in case["packages"]:
+                # DotProductAttention.__init__ builds FlashAttention, which in 1.9-1.11 asserts
+                # the flash-attn version window before any backend is selected.
+                try:
+                    self.mod.FlashAttention(1.0)
+                except AssertionError as exc:
+                    return {"status": "construct_error", "error": f"AssertionError: {exc}"[:300]}
             params = self.params(case)
             if params is None:
                 return {"status": "not_applicable", "error": "this release has no separate head_dim_qk/head_dim_v"}
