@@ -316,7 +316,22 @@ class Release:
         top.common = common  # type: ignore[attr-defined]
         sys.path.insert(0, root)
         warnings.simplefilter("ignore")
-        logging.disable(logging.CRITICAL)
+        # TE's own "Disabling X for Y" debug lines are kept with each answer (its reasons).
+        os.environ["NVTE_DEBUG"], os.environ["NVTE_DEBUG_LEVEL"] = "1", "2"
+        self.reasons: List[str] = []
+        reasons = self.reasons
+
+        class _Capture(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                msg = record.getMessage()
+                if msg.startswith("Disabling") or msg.startswith("Selected"):
+                    reasons.append(msg[:200])
+
+        for name in ("DotProductAttention", ""):
+            lg = logging.getLogger(name)
+            lg.handlers = [_Capture()]
+            lg.propagate = False
+            lg.addHandler = lambda h, _lg=lg: None  # type: ignore[method-assign]
         pt = os.path.join(te_dir, "pytorch")
         if os.path.exists(os.path.join(pt, "attention", "dot_product_attention", "utils.py")):
             self.selection = "transformer_engine.pytorch.attention.dot_product_attention.utils"
@@ -427,6 +442,7 @@ class Release:
         STATE["fused"] = case["fused_cpp"]
         saved = dict(os.environ)
         os.environ.update(case["env"])
+        del self.reasons[:]
         try:
             if self.version.startswith("1.") and hasattr(self.mod, "FlashAttention") and "flash-attn" in case["packages"]:
                 # DotProductAttention.__init__ builds FlashAttention, which in 1.9-1.11 asserts
@@ -444,7 +460,7 @@ class Release:
         finally:
             os.environ.clear()
             os.environ.update(saved)
-        return {"status": "ok", **_decode(out)}
+        return {"status": "ok", **_decode(out), "reasons": list(self.reasons)}
 
 
 def _decode(out: Tuple[Any, ...]) -> Dict[str, Any]:
