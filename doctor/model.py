@@ -277,6 +277,10 @@ class Workload:
     def padding(self) -> bool:
         return self.mask.startswith("padding")
 
+    @property
+    def q_longer_than_kv(self) -> bool:
+        return self.seq_len_q > self.seq_len_kv
+
 
 WORKLOAD_DERIVED = (
     "mla",
@@ -289,6 +293,7 @@ WORKLOAD_DERIVED = (
     "bottom_right",
     "causal",
     "padding",
+    "q_longer_than_kv",
 )
 
 # --------------------------------------------------------------------------- rule results
