@@ -171,6 +171,8 @@ def generate(version: str, n: int, seed: int) -> List[Dict[str, Any]]:
     minor = int(version.split(".")[1])
     while len(out) < 2 * n:
         flash = dict(_pick(rng, FLASH_SETS))
+        if "flash-attn-4" in flash:
+            flash["nvidia-cutlass-dsl"] = "4.6.2"  # FA4's own dependency; TE >= 2.19 checks it
         if (major, minor) <= (1, 11) and "flash-attn" not in flash:
             continue  # TE <= 1.11 does not import without flash-attn: nothing to compare
         fmt = _pick(rng, ("bshd", "bshd", "sbhd", "thd"))

@@ -195,7 +195,7 @@ _real_version = importlib.metadata.version
 
 def _fake_version(dist: str) -> str:
     key = dist.lower().replace("_", "-")
-    if key in ("flash-attn", "flash-attn-3", "flashattn-hopper", "flash-attn-4"):
+    if key in ("flash-attn", "flash-attn-3", "flashattn-hopper", "flash-attn-4", "nvidia-cutlass-dsl"):
         got = STATE["pkgs"].get(key)
         if got is None:
             raise importlib.metadata.PackageNotFoundError(dist)
