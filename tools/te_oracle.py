@@ -37,7 +37,7 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -254,9 +254,7 @@ class DoctorModel:
 
         cat = load_catalogue(use_cache=False)
         te_rules = [r for r in cat.rules if r.disables and r.disables.startswith("te.")]
-        unknown = [
-            r.id for r in te_rules if r.disables == "te.fused" and r.id not in CPP_RULES | MIXED_RULES and not _python_rule(r)
-        ]
+        unknown = [r.id for r in te_rules if r.disables == "te.fused" and r.id not in CPP_RULES | MIXED_RULES and not _python_rule(r)]
         if unknown:
             raise SystemExit(f"te_oracle: classify these te.fused rules (C++ or Python): {unknown}")
         frameworks = tuple(f for f in cat.frameworks if f.id == "transformer-engine")
@@ -324,11 +322,7 @@ def compare(te: Dict[str, Any], doc: Dict[str, Any]) -> Optional[str]:
         return None if doc["available"].get("te.flash") is False else "TE raises at construction; doctor has te.flash usable"
     if te["status"] != "ok":
         return f"TE {te['status']}: {te.get('error')}"
-    diffs = [
-        f"{b}: TE {te['available'][b]} doctor {doc['available'].get(b)}"
-        for b in BACKENDS
-        if te["available"][b] != doc["available"].get(b)
-    ]
+    diffs = [f"{b}: TE {te['available'][b]} doctor {doc['available'].get(b)}" for b in BACKENDS if te["available"][b] != doc["available"].get(b)]
     if te["selected"] != doc["selected"]:
         diffs.append(f"selected: TE {te['selected']} doctor {doc['selected']}")
     return "; ".join(diffs) or None

@@ -100,9 +100,7 @@ TE_TRITON = ("transformer_engine.pytorch.triton", "transformer_engine.common.tri
 
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path, target=None):  # type: ignore[no-untyped-def]
-        if (fullname.split(".")[0] in STUB_ROOTS and fullname != "transformer_engine_torch") or fullname.startswith(
-            TE_TRITON
-        ):
+        if (fullname.split(".")[0] in STUB_ROOTS and fullname != "transformer_engine_torch") or fullname.startswith(TE_TRITON):
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
@@ -166,9 +164,7 @@ def _fused_decision(*args: Any, **kwargs: Any) -> Any:
     enum_cls = _ENUMS["NVTE_Fused_Attn_Backend"]
     value = getattr(
         enum_cls,
-        {"none": "NVTE_No_Backend", "max512": "NVTE_F16_max512_seqlen", "arbitrary": "NVTE_F16_arbitrary_seqlen", "fp8": "NVTE_FP8"}[
-            STATE["fused"]
-        ],
+        {"none": "NVTE_No_Backend", "max512": "NVTE_F16_max512_seqlen", "arbitrary": "NVTE_F16_arbitrary_seqlen", "fp8": "NVTE_FP8"}[STATE["fused"]],
     )
     if STATE.get("fused_returns_pair"):
         return value, "" if value != FusedBackend.NVTE_No_Backend else "injected: no fused backend"
