@@ -240,6 +240,10 @@ class Workload:
     def padding(self) -> bool:
         return self.mask.startswith("padding")
 
+    @property
+    def q_longer_than_kv(self) -> bool:
+        return self.seq_len_q > self.seq_len_kv
+
     # Sequence parallelism splits heads (Ulysses all-to-all) and the sequence over cp_size ranks.
     @property
     def cp_heads_divisible(self) -> bool:
@@ -281,6 +285,7 @@ WORKLOAD_DERIVED = (
     "bottom_right",
     "causal",
     "padding",
+    "q_longer_than_kv",
     "cp_heads_divisible",
     "cp_kv_heads_divisible",
     "cp_kv_heads_repeatable",
