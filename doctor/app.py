@@ -86,20 +86,31 @@ def check(inputs: Inputs, *, kernel_run: Optional[Any] = None, kernels_skipped: 
 
     diagnosis = diagnose(inputs.catalogue, inputs.facts, inputs.workload)
     findings = verified_fixes(inputs.catalogue, inputs.facts, inputs.workload, diagnosis)
+    contract, contract_results = _contract_findings(inputs.facts)
     report = Report(
         facts=inputs.facts,
         workload=inputs.workload,
         backends=diagnosis.backends,
-        findings=findings,
+        findings=contract + findings,
         kernels_skipped=kernels_skipped,
         assumed=inputs.pins + tuple(f"{k}={v}" if v is not None else f"unset {k}" for k, v in inputs.env_changes),
-        rule_results=tuple((r.rule_id, r.status) for r in diagnosis.results),
+        rule_results=tuple((r.rule_id, r.status) for r in diagnosis.results) + contract_results,
     )
     if kernel_run is not None:
         from doctor.linking import link_kernels
 
         report = link_kernels(report, inputs.catalogue, kernel_run)
     return report
+
+
+def _contract_findings(facts: Facts) -> Tuple[Tuple[Finding, ...], Tuple[Tuple[str, str], ...]]:
+    """The CONTRACT-* findings from the snapshot's contract analysis (none when it has none)."""
+    if not facts.contracts:
+        return (), ()
+    from doctor.probe.contract_specs import load_specs
+    from doctor.rules.contract_findings import contract_findings
+
+    return contract_findings(facts, load_specs())
 
 
 def fail_count(report: Report, fail_on: str, strict: bool) -> int:

@@ -99,6 +99,7 @@ class Facts:
     host: Optional[str] = None
     unknown: Mapping[str, str] = field(default_factory=dict)  # fact path -> why it could not be probed
     source: str = "probe"  # "probe" or the snapshot file it came from
+    contracts: Optional[Mapping[str, Any]] = None  # the static contract analysis (doctor.probe.contracts)
 
     def with_changes(self, **changes: Any) -> "Facts":
         return replace(self, **changes)
@@ -175,6 +176,7 @@ def facts_from_snapshot(doc: Mapping[str, Any], source: str = "probe") -> Facts:
         host=doc.get("host"),
         unknown=MappingProxyType(unknown),
         source=source,
+        contracts=frozen_map(doc["contracts"]) if isinstance(doc.get("contracts"), Mapping) else None,
     )
 
 

@@ -204,6 +204,14 @@ def _gpu_section(gp: gpus.GpuProbe, notes: _Notes) -> Tuple[Optional[List[Dict[s
     return rows, cuda
 
 
+def _contracts(scan: packages.PackageScan, src: Sources) -> Dict[str, Any]:
+    """The contract analysis (doctor.probe.contracts); the ast work only runs for installed pairs."""
+    from doctor.probe.contract_specs import load_specs
+    from doctor.probe.contracts import analyse
+
+    return analyse(scan, load_specs(), src.cache_dir)
+
+
 def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[str, Any]:
     """The snapshot document for this machine (see docs/snapshot.md). Never raises.
 
@@ -264,6 +272,12 @@ def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[s
         "mismatch": cd.mismatch,
     }
     imports = _imports(result, scan, why_not, notes)
+    contracts = notes.guard("contracts", lambda: _contracts(scan, src), None)
+    if contracts is not None:
+        notes.provenance["contracts"] = (
+            f"static analysis of the installed sources ({contracts.pop('parsed_files')} file(s) parsed, "
+            f"the rest from the cache)"
+        )
     env = envvars.relevant(src.environ)
     notes.provenance["env"] = "process environment (secret-like values redacted)"
     if result is not None:
@@ -292,6 +306,7 @@ def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[s
         "gpus": gpu_rows,
         "imports": imports,
         "env": env,
+        "contracts": contracts,
         "unknown": dict(sorted(notes.unknown.items())),
         "provenance": dict(sorted(notes.provenance.items())),
     }
