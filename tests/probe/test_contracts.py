@@ -1,0 +1,151 @@
+"""Contract analysis on the real upstream files of the seeds' callers and callees.
+
+TransformerEngine 1.11's context-parallel code calls flash-attn's private varlen functions
+(seed 000); XTuner 0.1.23 patches a forward that calls `self._flash_attention_forward` onto
+transformers' Qwen2 attention classes (seed 002). The releases are installed into a temp
+site-packages (tests/probe/upstream.py) and checked without importing any of them; the
+version-table rule for seed 000 is left out of the catalogue, so what fires comes from the
+code alone.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from doctor.app import Inputs, check
+from doctor.model import ContextParallel, Workload, facts_from_snapshot
+from doctor.probe.collect import collect
+from doctor.probe.sources import Sources
+from doctor.resources import rules_dir
+from doctor.rules.loader import load_catalogue
+from doctor.snapshot import dump, parse_snapshot
+import upstream
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _probe(site: Path, cache: Path) -> Dict[str, Any]:
+    src = Sources(site_paths=[str(site)], environ={}, cache_dir=cache, use_ldconfig=False,
+                  nvml_loader=_no_nvml, which=lambda name: None, system_lib_dirs=(), system_include_dirs=())
+    return collect(loaded=False, sources=src)
+
+
+def _no_nvml() -> Any:
+    raise OSError("no NVML in this test")
+
+
+def _check_without_seed_rule(doc: Dict[str, Any]) -> Any:
+    files = [p for p in sorted(rules_dir().rglob("*.yaml"))
+             if "contracts" not in p.parts and p.name != "seeds.yaml"]
+    cat = load_catalogue(files, builtin=False, use_cache=False)
+    assert not any(r.id == "TE-CP-FLASH-ATTN-SOFTCAP" for r in cat.rules)
+    facts = facts_from_snapshot(doc)
+    return check(Inputs(facts=facts, workload=Workload(context_parallel=ContextParallel(size=2)), catalogue=cat))
+
+
+def _sites(doc: Dict[str, Any], pair: str, verdict: str) -> List[Dict[str, Any]]:
+    return [s for s in doc["contracts"]["sites"] if s["pair"] == pair and s["verdict"] == verdict]
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Path:
+    return tmp_path / "cache"
+
+
+def test_te_1_11_with_flash_attn_2_6_3_is_an_error_from_the_code(tmp_path: Path, cache: Path) -> None:
+    site = tmp_path / "site"
+    upstream.install_te(site)
+    upstream.install_sdist_package(site, "flash_attn-2.6.3.tar.gz", "flash_attn")
+    doc = _probe(site, cache)
+    broken = _sites(doc, "te-flash-attn", "breaks")
+    assert broken and {s["symbol"] for s in broken} == {"flash_attn.flash_attn_interface._flash_attn_varlen_backward"}
+    assert all("softcap" in s["reason"] for s in broken)
+    assert all(s["site"].startswith("transformer_engine/pytorch/attention.py:") for s in broken)
+    # the snapshot carries the facts: a CPU CI run of `check --env` sees the same error
+    again = parse_snapshot(dump(doc), "snap.json")
+    report = _check_without_seed_rule(again)
+    (f,) = [f for f in report.findings if f.rule_id == "CONTRACT-TE-FLASH-ATTN"]
+    assert f.severity == "error" and f.status == "fired"
+    assert "_flash_attn_varlen_backward" in f.message and "'softcap'" in f.message
+    assert "transformer-engine 1.11.0" in f.message and "flash-attn 2.6.3" in f.message
+    assert "softcap, alibi_slopes, deterministic" in f.message  # the installed signature
+    assert f.fixes and f.fixes[0].pins == ("flash-attn==2.5.8",)
+
+
+def test_te_1_11_with_flash_attn_2_5_8_binds_because_block_table_is_version_guarded(tmp_path: Path, cache: Path) -> None:
+    site = tmp_path / "site"
+    upstream.install_te(site)
+    upstream.install_sdist_package(site, "flash_attn-2.5.8.tar.gz", "flash_attn")
+    doc = _probe(site, cache)
+    (pair,) = doc["contracts"]["pairs"]
+    assert pair["callee_version"] == "2.5.8" and pair["breaks"] == 0 and pair["undecided"] == 0
+    forward = [s for s in doc["contracts"]["sites"] if s["symbol"].endswith("_flash_attn_varlen_forward") and s["kind"] == "call"]
+    assert forward and all(s["verdict"] == "binds" for s in forward)
+    assert "block_table" in forward[0]["signature"]  # passed only because TE's 2.5.7+ guard holds
+    report = _check_without_seed_rule(doc)
+    assert not [f for f in report.findings if f.rule_id.startswith("CONTRACT-")]
+
+
+def test_a_local_flash_attn_build_whose_private_function_gained_a_parameter_is_caught(tmp_path: Path, cache: Path) -> None:
+    site = tmp_path / "site"
+    upstream.install_te(site)
+    pkg = upstream.install_sdist_package(site, "flash_attn-2.5.8.tar.gz", "flash_attn", version="2.5.8+local")
+    iface = pkg / "flash_attn_interface.py"
+    text = iface.read_text()
+    patched, n = re.subn(r"(def _flash_attn_varlen_backward\(\s*dout,)", r"\1\n    seq_offsets,", text)
+    assert n == 1
+    iface.write_text(patched)
+    doc = _probe(site, cache)
+    broken = _sites(doc, "te-flash-attn", "breaks")
+    assert broken and all(s["symbol"].endswith("_flash_attn_varlen_backward") for s in broken)
+    # one more required positional: TE's 16 positionals now fill up to `causal`, and
+    # `window_size`, which TE passes by keyword, collides or is missing
+    report = _check_without_seed_rule(doc)
+    (f,) = [f for f in report.findings if f.rule_id == "CONTRACT-TE-FLASH-ATTN"]
+    assert "2.5.8+local" in f.message and "seq_offsets" in f.message
+    # the 2.5.7+ guard still holds for the local build: the forward calls bind
+    assert not [s for s in _sites(doc, "te-flash-attn", "breaks") if "forward" in s["symbol"]]
+
+
+def test_xtuner_0_1_23_with_transformers_4_44_is_caught(tmp_path: Path, cache: Path) -> None:
+    site = tmp_path / "site"
+    upstream.install_xtuner(site)
+    upstream.install_transformers(site, "4.44.0")
+    doc = _probe(site, cache)
+    broken = _sites(doc, "xtuner-transformers", "breaks")
+    qwen = [s for s in broken if ".Qwen2FlashAttention2." in s["symbol"]]
+    assert qwen and qwen[0]["symbol"].endswith("._flash_attention_forward")
+    assert qwen[0]["site"].startswith("xtuner/model/modules/dispatch/qwen2.py:")
+    assert any(".Qwen2MoeFlashAttention2." in s["symbol"] for s in broken)
+    report = _check_without_seed_rule(doc)
+    (f,) = [f for f in report.findings if f.rule_id == "CONTRACT-XTUNER-TRANSFORMERS"]
+    assert "Qwen2FlashAttention2" in f.message and "_flash_attention_forward" in f.message
+    assert f.fixes and f.fixes[0].pins == ("transformers==4.42.4",)
+
+
+def test_xtuner_0_1_23_with_transformers_4_42_4_is_clean(tmp_path: Path, cache: Path) -> None:
+    site = tmp_path / "site"
+    upstream.install_xtuner(site)
+    upstream.install_transformers(site, "4.42.4")
+    doc = _probe(site, cache)
+    (pair,) = doc["contracts"]["pairs"]
+    assert pair["breaks"] == 0 and pair["sites"] > 50
+    patched = [s for s in doc["contracts"]["sites"] if s["kind"] == "patch" and s["symbol"].endswith("._flash_attention_forward")]
+    assert patched and all(s["verdict"] == "binds" for s in patched)
+    assert "use_sliding_windows" in patched[0]["signature"]
+
+
+def test_the_parse_is_cached_per_file_content(tmp_path: Path, cache: Path) -> None:
+    site = tmp_path / "site"
+    upstream.install_te(site)
+    upstream.install_sdist_package(site, "flash_attn-2.6.3.tar.gz", "flash_attn")
+    first = _probe(site, cache)
+    second = _probe(site, cache)
+    assert "(2 file(s) parsed" in first["provenance"]["contracts"]
+    assert "(0 file(s) parsed" in second["provenance"]["contracts"]
+    assert first["contracts"] == second["contracts"]
+    assert any(cache.joinpath("contracts").iterdir())
