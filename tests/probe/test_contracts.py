@@ -149,3 +149,25 @@ def test_the_parse_is_cached_per_file_content(tmp_path: Path, cache: Path) -> No
     assert "(0 file(s) parsed" in second["provenance"]["contracts"]
     assert first["contracts"] == second["contracts"]
     assert any(cache.joinpath("contracts").iterdir())
+
+
+def test_llamafactory_0_8_3_imports_attention_classes_transformers_4_48_removed(tmp_path: Path, cache: Path) -> None:
+    site = tmp_path / "site"
+    upstream.install_llamafactory(site)
+    upstream.install_transformers(site, "4.48.0")
+    doc = _probe(site, cache)
+    broken = _sites(doc, "llamafactory-transformers", "breaks")
+    assert {s["symbol"].rsplit(".", 1)[1] for s in broken} == {"LlamaFlashAttention2", "LlamaSdpaAttention"}
+    assert all(s["kind"] == "import" and s["site"].startswith("llamafactory/model/model_utils/longlora.py:") for s in broken)
+    report = _check_without_seed_rule(doc)
+    (f,) = [f for f in report.findings if f.rule_id == "CONTRACT-LLAMAFACTORY-TRANSFORMERS"]
+    assert f.fixes and f.fixes[0].pins == ("transformers==4.44.0",)
+
+
+def test_llamafactory_0_8_3_with_transformers_4_44_is_clean(tmp_path: Path, cache: Path) -> None:
+    site = tmp_path / "site"
+    upstream.install_llamafactory(site)
+    upstream.install_transformers(site, "4.44.0")
+    doc = _probe(site, cache)
+    (pair,) = doc["contracts"]["pairs"]
+    assert pair["id"] == "llamafactory-transformers" and pair["breaks"] == 0 and pair["sites"] > 5

@@ -33,6 +33,8 @@ ARTIFACTS = {
     ("transformers", "transformers-4.44.0-py3-none-any.whl"): "ea0ff72def71e9f4812d9414d4803b22681b1617aa6f511bd51cfff2b44a6fca",
     ("transformers", "transformers-4.42.4-py3-none-any.whl"): "6d59061392d0f1da312af29c962df9017ff3c0108c681a56d1bc981004d16d24",
     ("xtuner", "xtuner-0.1.23-py3-none-any.whl"): "fb9398b1ecd3c371d5a8dc8efa19540abfa853fd9c1d585ec25a6bd30820c6d4",
+    ("transformers", "transformers-4.48.0-py3-none-any.whl"): "6d3de6d71cb5f2a10f9775ccc17abce9620195caaf32ec96542bd2a6937f25b0",
+    ("llamafactory", "llamafactory-0.8.3-py3-none-any.whl"): "0a8baa7e7d953f36d7697778d3031fdcbabacedcb2afa74f209a1c226c9f92d4",
 }
 INDEX = "https://pypi.org/simple"
 
@@ -120,3 +122,7 @@ def install_transformers(site: Path, version: str) -> None:
 
 def install_xtuner(site: Path) -> None:
     install_wheel(site, "xtuner-0.1.23-py3-none-any.whl", ["xtuner/model/modules/dispatch/*"])
+
+
+def install_llamafactory(site: Path) -> None:
+    install_wheel(site, "llamafactory-0.8.3-py3-none-any.whl", ["llamafactory/model/*"])

@@ -1,0 +1,116 @@
+"""What the contract analysis costs the static probe and `check --no-kernels`.
+
+Times `probe --format json --static` and `check --no-kernels --static --format json` for two
+source trees of attn-doctor (the one before the analysis, `--base`, and this one), round-robin,
+a fresh process per run, in two environments:
+
+1. this Python as it is (the dev venv: no caller/callee pair installed, so the analysis only
+   loads the pair files and returns);
+2. the same plus a site folder (`--site`, put on PYTHONPATH) holding the seeds' releases:
+   TransformerEngine 1.11 with flash-attn 2.6.3, transformers 4.44 and XTuner 0.1.23 (build it
+   with `--make-site`, from the test download cache); once with the parse cache warm (the
+   usual case: nothing changed since the last run) and once cold (first run after an install).
+
+    git archive <base commit> | tar -x -C /tmp/base-tree
+    python benchmarks/bench_contracts.py --base /tmp/base-tree --make-site /tmp/bench-site --runs 11 \
+        > benchmarks/results/contracts.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Mapping, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(argv: Sequence[str], env: Mapping[str, str]) -> float:
+    t0 = time.perf_counter()
+    res = subprocess.run(list(argv), env=dict(env), cwd="/tmp", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    dt = time.perf_counter() - t0
+    if res.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(argv)} failed ({res.returncode}): {res.stderr.decode()[-400:]}")
+    return dt
+
+
+def make_site(site: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tests" / "probe"))
+    import upstream  # the tests' downloader and installer (download cache)
+
+    if site.exists():
+        shutil.rmtree(site)
+    site.mkdir(parents=True)
+    upstream.install_te(site)
+    upstream.install_sdist_package(site, "flash_attn-2.6.3.tar.gz", "flash_attn")
+    upstream.install_xtuner(site)
+    upstream.install_transformers(site, "4.44.0")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base", type=Path, required=True, help="attn-doctor source tree before the analysis")
+    ap.add_argument("--site", type=Path, default=None)
+    ap.add_argument("--make-site", type=Path, default=None)
+    ap.add_argument("--runs", type=int, default=11)
+    args = ap.parse_args()
+    site = args.site
+    if args.make_site:
+        make_site(args.make_site)
+        site = args.make_site
+    trees = {"before": args.base.resolve(), "after": ROOT}
+    commands = {
+        "probe --format json --static": ["probe", "--format", "json", "--static"],
+        "check --no-kernels --static --format json": ["check", "--no-kernels", "--static", "--format", "json"],
+    }
+    xdg = Path(tempfile.mkdtemp(prefix="bench-contracts-"))
+    base_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
+    envs: Dict[str, Dict[str, str]] = {}
+    for label, extra in (("dev venv", None), ("+ TE 1.11, flash-attn 2.6.3, transformers 4.44, xtuner 0.1.23", site)):
+        if label != "dev venv" and extra is None:
+            continue
+        for tree_name, tree in trees.items():
+            path = str(tree) + (os.pathsep + str(extra) if extra else "")
+            envs[f"{label}|{tree_name}"] = {**base_env, "PYTHONPATH": path, "XDG_CACHE_HOME": str(xdg / tree_name), "NO_COLOR": "1"}
+    times: Dict[str, List[float]] = {}
+    exe = [sys.executable, "-m", "doctor"]
+    for key, env in envs.items():  # warm-up: bytecode, catalogue and parse caches
+        for c in commands.values():
+            _run([*exe, *c], env)
+    for _ in range(args.runs):
+        for key, env in envs.items():
+            for name, c in commands.items():
+                times.setdefault(f"{key}|{name}", []).append(_run([*exe, *c], env))
+    cold: Dict[str, List[float]] = {}
+    if site is not None:
+        key = f"+ TE 1.11, flash-attn 2.6.3, transformers 4.44, xtuner 0.1.23|after"
+        for _ in range(3):
+            shutil.rmtree(xdg / "after" / "attn-doctor" / "contracts", ignore_errors=True)
+            cold.setdefault("probe", []).append(_run([*exe, *commands["probe --format json --static"]], envs[key]))
+
+    print("# contract analysis: cost on the static probe and check\n")
+    print(f"{args.runs} runs each, round-robin after a warm-up; {os.cpu_count()} CPU cores; Python {platform.python_version()}.\n")
+    print("| environment | command | before (median ms) | after (median ms) | change |")
+    print("|---|---|---:|---:|---:|")
+    for label in dict.fromkeys(k.split("|")[0] for k in envs):
+        for name in commands:
+            b = statistics.median(times[f"{label}|before|{name}"]) * 1000
+            a = statistics.median(times[f"{label}|after|{name}"]) * 1000
+            print(f"| {label} | `{name}` | {b:.0f} | {a:.0f} | {100 * (a - b) / b:+.0f}% |")
+    if cold:
+        print(f"\nCold parse cache (first probe after installing those releases; TE's 8,500-line attention.py "
+              f"and the transformers modeling files are parsed once): median of 3 = "
+              f"{statistics.median(cold['probe']) * 1000:.0f} ms for `probe --format json --static`.")
+    shutil.rmtree(xdg, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
