@@ -209,7 +209,7 @@ def _contracts(scan: packages.PackageScan, src: Sources) -> Dict[str, Any]:
     from doctor.probe.contract_specs import load_specs
     from doctor.probe.contracts import analyse
 
-    return analyse(scan, load_specs(), src.cache_dir)
+    return analyse(scan, load_specs(cache_dir=src.cache_dir), src.cache_dir)
 
 
 def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[str, Any]:

@@ -91,10 +91,29 @@ def _compose(text: str, path: str) -> Any:
             return _Node({k.value: conv(v) for k, v in node.value}, line)
         if isinstance(node, yaml.SequenceNode):
             return _Node([conv(v) for v in node.value], line)
-        value = yaml.safe_load(yaml.serialize(node)) if node.tag != "tag:yaml.org,2002:str" else node.value
-        return _Node(value, line)
+        return _Node(_scalar(node.tag, node.value), line)
 
     return conv(root) if root is not None else None
+
+
+def _scalar(tag: str, text: str) -> Any:
+    """A resolved plain scalar (the pair schema only needs strings; others are reported as such)."""
+    kind = tag.rsplit(":", 1)[-1]
+    if kind == "null":
+        return None
+    if kind == "bool":
+        return text.lower() in ("true", "yes", "on")
+    if kind == "int":
+        try:
+            return int(text, 0)
+        except ValueError:
+            return text
+    if kind == "float":
+        try:
+            return float(text)
+        except ValueError:
+            return text
+    return text
 
 
 class _Reader:
@@ -226,12 +245,65 @@ def contracts_dir() -> Path:
     return rules_dir() / "contracts"
 
 
-def load_specs(directory: Optional[Path] = None) -> Specs:
-    """Every pair in the folder (default: the shipped rules/contracts), ids unique."""
+SPECS_FORMAT = 1
+
+
+def _to_json(specs: Specs) -> List[Dict[str, Any]]:
+    from dataclasses import asdict
+
+    return [asdict(p) for p in specs.pairs]
+
+
+def _from_json(rows: List[Dict[str, Any]]) -> Specs:
+    pairs = []
+    for r in rows:
+        r = dict(r)
+        r["patches"] = tuple(PatchTable(p["file"], tuple(p["names"]), p["classes_root"], p["classes_files"]) for p in r["patches"])
+        r["known_good"] = tuple(KnownGood(**k) for k in r["known_good"])
+        for key in ("caller_files", "callee_modules", "check_imports", "external_bases", "sources"):
+            r[key] = tuple(r[key])
+        pairs.append(Pair(**r))
+    return Specs(tuple(pairs))
+
+
+def load_specs(directory: Optional[Path] = None, cache_dir: Optional[Path] = None) -> Specs:
+    """Every pair in the folder (default: the shipped rules/contracts), ids unique.
+
+    With `cache_dir`, the validated pairs are kept as JSON keyed by the files' paths, sizes and
+    mtimes, so a probe does not parse YAML when nothing changed."""
+    import hashlib
+    import json
+    import os
+
     folder = directory if directory is not None else contracts_dir()
+    files = sorted(folder.glob("*.yaml"))
+    cache_file: Optional[Path] = None
+    if cache_dir is not None:
+        h = hashlib.sha256(str(SPECS_FORMAT).encode())
+        for f in files:
+            st = f.stat()
+            h.update(f"{f.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        cache_file = cache_dir / "contracts" / f"specs-{h.hexdigest()[:24]}.json"
+        try:
+            return _from_json(json.loads(cache_file.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    specs = _load_specs(files)
+    if cache_file is not None:
+        try:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(_to_json(specs)), encoding="utf-8")
+            os.replace(tmp, cache_file)
+        except OSError:
+            pass
+    return specs
+
+
+def _load_specs(files: Sequence[Path]) -> Specs:
     pairs: List[Pair] = []
     seen: Dict[str, Pair] = {}
-    for f in sorted(folder.glob("*.yaml")):
+    for f in files:
         for p in load_file(f):
             if p.id in seen:
                 raise RuleError(f"pair {p.id}: duplicate id (also at {seen[p.id].path}:{seen[p.id].line})",

@@ -181,6 +181,7 @@ class Callee:
         if base is None or not os.path.isdir(base):
             return None
         folder = os.path.join(os.path.dirname(base), root)
+        self.cache.touched.add(folder + os.sep + ".")
         try:
             subdirs = sorted(os.listdir(folder), key=len, reverse=True)
         except OSError:
@@ -190,7 +191,9 @@ class Callee:
         for d in subdirs:
             if not low.startswith(d.replace("_", "")):
                 continue
+            self.cache.touched.add(os.path.join(folder, d, "."))
             for path in sorted(glob.glob(os.path.join(folder, d, files))):
+                self.cache.touched.add(path)
                 try:
                     with open(path, "rb") as fh:
                         if needle not in fh.read():
@@ -342,12 +345,13 @@ def _evaluator(s: Mapping[str, Any], scan: PackageScan, callee: Callee, pair: Pa
     return Evaluator(imports, s["consts"], versions, modules, callee.accepts, pair.helpers), imports
 
 
-def _caller_files(pair: Pair, site_dir: str, pattern_bytes: "re.Pattern[bytes]") -> List[str]:
+def _caller_files(pair: Pair, site_dir: str, pattern_bytes: "re.Pattern[bytes]", touched: Set[str]) -> List[str]:
     out: List[str] = []
     for pattern in pair.caller_files:
         for path in sorted(glob.glob(os.path.join(site_dir, pattern), recursive=True)):
             if path in out or not path.endswith(".py"):
                 continue
+            touched.add(path)
             try:
                 with open(path, "rb") as fh:
                     if not pattern_bytes.search(fh.read()):
@@ -479,10 +483,91 @@ def _patches(pair: Pair, site_dir: str, scan: PackageScan, callee: Callee, cache
                 _check_module(pair, rel, ms, scan, callee, sites, only_scopes=(func, cls_name, cls_t))
 
 
-def analyse(scan: PackageScan, specs: Specs, cache_dir: Optional[Path] = None) -> Dict[str, Any]:
-    """The snapshot's `contracts` section: the pairs found installed and one row per site."""
+RESULT_FORMAT = 1
+
+
+def _stat(path: str) -> Optional[List[int]]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _result_key(scan: PackageScan, specs: Specs) -> Optional[str]:
+    """Fingerprint of what decides the result, short of the files themselves (checked by stat)."""
+    import hashlib
+    import json
+
     from doctor import __version__
 
+    parts: List[Any] = [RESULT_FORMAT, __version__, list(scan.paths)]
+    for pair in specs.pairs:
+        caller, callee = scan.dists.get(pair.caller_dist), scan.dists.get(pair.callee_dist)
+        if caller is None or callee is None:
+            continue
+        parts.append([pair, caller.version, str(caller.metadata), callee.version, str(callee.metadata),
+                      [scan.modules.get(m) for m in pair.callee_modules]])
+    if len(parts) == 3:
+        return None  # no pair installed: nothing to analyse, nothing to cache
+    return hashlib.sha256(json.dumps(parts, default=repr).encode()).hexdigest()[:32]
+
+
+def _cached_result(cache_dir: Optional[Path], key: str) -> Optional[Dict[str, Any]]:
+    import json
+
+    if cache_dir is None:
+        return None
+    try:
+        data = json.loads((cache_dir / "contracts" / f"result-{key}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("key") != key:
+        return None
+    for path, state in data.get("files", {}).items():
+        if _stat(path) != state:
+            return None  # a file the analysis read (or a folder it listed) changed
+    result = data.get("result")
+    return result if isinstance(result, dict) else None
+
+
+def _store_result(cache_dir: Optional[Path], key: str, touched: Set[str], result: Mapping[str, Any]) -> None:
+    import json
+    import tempfile
+
+    if cache_dir is None:
+        return
+    folders = {os.path.dirname(p) for p in touched}
+    files = {p: _stat(p) for p in sorted(touched | folders)}
+    tmp: Optional[str] = None
+    try:
+        d = cache_dir / "contracts"
+        d.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".r-", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump({"key": key, "files": files, "result": result}, fh)
+        os.replace(tmp, d / f"result-{key}.json")
+    except OSError:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def analyse(scan: PackageScan, specs: Specs, cache_dir: Optional[Path] = None) -> Dict[str, Any]:
+    """The snapshot's `contracts` section: the pairs found installed and one row per site.
+
+    Two caches, both in `cache_dir/contracts`: each file's summary per content hash, and the
+    whole result, reused while every file it read and every folder it listed is unchanged."""
+    from doctor import __version__
+
+    key = _result_key(scan, specs)
+    if key is None:
+        return {"analyser": __version__, "pairs": [], "sites": [], "parsed_files": 0}
+    hit = _cached_result(cache_dir, key)
+    if hit is not None:
+        return {**hit, "parsed_files": 0}
     cache = SummaryCache(cache_dir)
     pairs_out: List[Dict[str, Any]] = []
     sites: List[_Site] = []
@@ -496,7 +581,11 @@ def analyse(scan: PackageScan, specs: Specs, cache_dir: Optional[Path] = None) -
         callee = Callee(scan, pair.callee_modules, cache)
         before = len(sites)
         needle = re.compile(b"|".join(re.escape(m.encode()) for m in pair.callee_modules) or b"$^")
-        for path in _caller_files(pair, caller.site_dir, needle):
+        for pattern in pair.caller_files:  # a file added to a globbed folder changes its mtime
+            head = pattern.split("*")[0]
+            touched_dir = os.path.join(caller.site_dir, os.path.dirname(head) if not head.endswith("/") else head.rstrip("/"))
+            cache.touched.add(touched_dir + os.sep + ".")
+        for path in _caller_files(pair, caller.site_dir, needle, cache.touched):
             rel = _relpath(path, scan)
             module, is_pkg = _module_name(os.path.relpath(path, caller.site_dir).replace(os.sep, "/"))
             s = cache.get(path, module, is_pkg)
@@ -514,9 +603,6 @@ def analyse(scan: PackageScan, specs: Specs, cache_dir: Optional[Path] = None) -
             "breaks": sum(1 for x in mine if x.verdict == BREAKS),
             "undecided": sum(1 for x in mine if x.verdict == UNDECIDED),
         })
-    return {
-        "analyser": __version__,
-        "pairs": pairs_out,
-        "sites": [x.row() for x in sites],
-        "parsed_files": cache.parsed,
-    }
+    result = {"analyser": __version__, "pairs": pairs_out, "sites": [x.row() for x in sites]}
+    _store_result(cache_dir, key, cache.touched, result)
+    return {**result, "parsed_files": cache.parsed}

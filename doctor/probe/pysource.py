@@ -359,6 +359,7 @@ class SummaryCache:
         self.dir = cache_dir / "contracts" if cache_dir is not None else None
         self.mem: Dict[Tuple[str, str], Optional[Dict[str, Any]]] = {}
         self.parsed = 0  # files parsed in this run (the rest came from the cache)
+        self.touched: set = set()  # every file read, for the result cache's validation
 
     def get(self, path: str, module: str, is_pkg: bool = False) -> Optional[Dict[str, Any]]:
         """The summary of the file at `path`, or None when it cannot be read or parsed."""
@@ -366,6 +367,7 @@ class SummaryCache:
         if key in self.mem:
             return self.mem[key]
         result: Optional[Dict[str, Any]] = None
+        self.touched.add(path)
         try:
             raw = Path(path).read_bytes()
         except OSError:

@@ -171,3 +171,17 @@ def test_llamafactory_0_8_3_with_transformers_4_44_is_clean(tmp_path: Path, cach
     doc = _probe(site, cache)
     (pair,) = doc["contracts"]["pairs"]
     assert pair["id"] == "llamafactory-transformers" and pair["breaks"] == 0 and pair["sites"] > 5
+
+
+def test_editing_an_installed_callee_file_invalidates_the_cached_result(tmp_path: Path, cache: Path) -> None:
+    site = tmp_path / "site"
+    upstream.install_te(site)
+    pkg = upstream.install_sdist_package(site, "flash_attn-2.5.8.tar.gz", "flash_attn")
+    assert not _sites(_probe(site, cache), "te-flash-attn", "breaks")
+    assert "(0 file(s) parsed" in _probe(site, cache)["provenance"]["contracts"]  # all from the cache
+    iface = pkg / "flash_attn_interface.py"
+    iface.write_text(re.sub(r"(def _flash_attn_varlen_forward\(\s*q,)", r"\1\n    page_size,", iface.read_text()))
+    doc = _probe(site, cache)
+    assert "(1 file(s) parsed" in doc["provenance"]["contracts"]  # only the edited file
+    assert {s["symbol"] for s in _sites(doc, "te-flash-attn", "breaks")} == {
+        "flash_attn.flash_attn_interface._flash_attn_varlen_forward"}
