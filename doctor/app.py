@@ -105,7 +105,7 @@ def check(inputs: Inputs, *, kernel_run: Optional[Any] = None, kernels_skipped: 
 
 def _contract_findings(facts: Facts) -> Tuple[Tuple[Finding, ...], Tuple[Tuple[str, str], ...]]:
     """The CONTRACT-* findings from the snapshot's contract analysis (none when it has none)."""
-    if not facts.contracts:
+    if not facts.contracts or not facts.contracts.get("pairs"):
         return (), ()
     from doctor.probe.contract_specs import load_specs
     from doctor.rules.contract_findings import contract_findings

@@ -206,8 +206,17 @@ def _gpu_section(gp: gpus.GpuProbe, notes: _Notes) -> Tuple[Optional[List[Dict[s
 
 def _contracts(scan: packages.PackageScan, src: Sources) -> Dict[str, Any]:
     """The contract analysis (doctor.probe.contracts); the ast work only runs for installed pairs."""
+    from doctor.probe.contract_cache import cached_pairs, cached_result, result_key
+    from doctor.resources import rules_dir
+
+    rows, _ = cached_pairs(rules_dir() / "contracts", src.cache_dir)
+    if rows is not None:  # the usual run: validated pairs and the last result from the cache
+        key = result_key(scan, rows)
+        hit = cached_result(src.cache_dir, key) if key is not None else None
+        if key is None or hit is not None:  # no pair installed, or nothing changed since
+            return {"analyser": __version__, "pairs": [], "sites": [], **(hit or {}), "parsed_files": 0}
     from doctor.probe.contract_specs import load_specs
-    from doctor.probe.contracts import analyse
+    from doctor.probe.contracts import analyse  # ast and the guard evaluator: only when needed
 
     return analyse(scan, load_specs(cache_dir=src.cache_dir), src.cache_dir)
 

@@ -245,9 +245,6 @@ def contracts_dir() -> Path:
     return rules_dir() / "contracts"
 
 
-SPECS_FORMAT = 1
-
-
 def _to_json(specs: Specs) -> List[Dict[str, Any]]:
     from dataclasses import asdict
 
@@ -270,33 +267,19 @@ def load_specs(directory: Optional[Path] = None, cache_dir: Optional[Path] = Non
     """Every pair in the folder (default: the shipped rules/contracts), ids unique.
 
     With `cache_dir`, the validated pairs are kept as JSON keyed by the files' paths, sizes and
-    mtimes, so a probe does not parse YAML when nothing changed."""
-    import hashlib
-    import json
-    import os
+    mtimes (doctor.probe.contract_cache), so a probe does not parse YAML when nothing changed."""
+    from doctor.probe.contract_cache import _specs_key, cached_pairs, store_pairs
 
     folder = directory if directory is not None else contracts_dir()
-    files = sorted(folder.glob("*.yaml"))
-    cache_file: Optional[Path] = None
-    if cache_dir is not None:
-        h = hashlib.sha256(str(SPECS_FORMAT).encode())
-        for f in files:
-            st = f.stat()
-            h.update(f"{f.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-        cache_file = cache_dir / "contracts" / f"specs-{h.hexdigest()[:24]}.json"
+    rows, key = cached_pairs(folder, cache_dir)
+    if rows is not None:
         try:
-            return _from_json(json.loads(cache_file.read_text(encoding="utf-8")))
-        except (OSError, ValueError, KeyError, TypeError):
+            return _from_json(rows)
+        except (KeyError, TypeError, ValueError):
             pass
+    files, _ = _specs_key(folder)
     specs = _load_specs(files)
-    if cache_file is not None:
-        try:
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(_to_json(specs)), encoding="utf-8")
-            os.replace(tmp, cache_file)
-        except OSError:
-            pass
+    store_pairs(cache_dir, key, _to_json(specs))
     return specs
 
 
@@ -313,5 +296,3 @@ def _load_specs(files: Sequence[Path]) -> Specs:
     return Specs(tuple(pairs))
 
 
-def dists_of(specs: Specs) -> Tuple[Tuple[str, str], ...]:
-    return tuple((p.caller_dist, p.callee_dist) for p in specs.pairs)

@@ -27,10 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
+from typing import TYPE_CHECKING
+
 from doctor.probe.contract_specs import Pair, Specs
-from doctor.probe.guards import Evaluator
 from doctor.probe.packages import PackageScan
-from doctor.probe.pysource import SummaryCache, render_signature
+
+if TYPE_CHECKING:  # the parser and the guard evaluator load only when a result is not cached
+    from doctor.probe.guards import Evaluator
+    from doctor.probe.pysource import SummaryCache
 
 BINDS, BREAKS, UNDECIDED = "binds", "breaks", "undecided"
 
@@ -334,7 +338,9 @@ def _wanted(pair: Pair, module: str) -> bool:
     return module.split(".")[0] in pair.callee_modules
 
 
-def _evaluator(s: Mapping[str, Any], scan: PackageScan, callee: Callee, pair: Pair) -> Tuple[Evaluator, Dict[str, str]]:
+def _evaluator(s: Mapping[str, Any], scan: PackageScan, callee: Callee, pair: Pair) -> Tuple["Evaluator", Dict[str, str]]:
+    from doctor.probe.guards import Evaluator
+
     imports: Dict[str, str] = {}
     for imp in s["imports"]:
         if imp["scope"]:
@@ -423,6 +429,8 @@ def _check_module(pair: Pair, rel: str, s: Mapping[str, Any], scan: PackageScan,
                 continue  # on a branch these versions never take
             present, maybe, opaque = _kwargs(call, s["funcs"], ev)
             verdict, reason = bind(sig, call, present, maybe, opaque, bound)
+            from doctor.probe.pysource import render_signature
+
             sites.append(_Site(pair.id, "call", where, t.symbol, verdict, reason,
                                render_signature(t.symbol.rsplit(".", 1)[-1], sig), t.where))
         elif t.kind == "missing":
@@ -452,6 +460,8 @@ def _check_patch_call(pair: Pair, rel: str, call: Mapping[str, Any], s: Mapping[
         bound = "staticmethod" not in sig.get("decorators", [])
         present, maybe, opaque = _kwargs(call, s["funcs"], ev)
         verdict, reason = bind(sig, call, present, maybe, opaque, bound)
+        from doctor.probe.pysource import render_signature
+
         sites.append(_Site(pair.id, "patch", where, symbol, verdict, reason, render_signature(member, sig), at))
 
 
@@ -483,91 +493,24 @@ def _patches(pair: Pair, site_dir: str, scan: PackageScan, callee: Callee, cache
                 _check_module(pair, rel, ms, scan, callee, sites, only_scopes=(func, cls_name, cls_t))
 
 
-RESULT_FORMAT = 1
-
-
-def _stat(path: str) -> Optional[List[int]]:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return [st.st_size, st.st_mtime_ns]
-
-
-def _result_key(scan: PackageScan, specs: Specs) -> Optional[str]:
-    """Fingerprint of what decides the result, short of the files themselves (checked by stat)."""
-    import hashlib
-    import json
-
-    from doctor import __version__
-
-    parts: List[Any] = [RESULT_FORMAT, __version__, list(scan.paths)]
-    for pair in specs.pairs:
-        caller, callee = scan.dists.get(pair.caller_dist), scan.dists.get(pair.callee_dist)
-        if caller is None or callee is None:
-            continue
-        parts.append([pair, caller.version, str(caller.metadata), callee.version, str(callee.metadata),
-                      [scan.modules.get(m) for m in pair.callee_modules]])
-    if len(parts) == 3:
-        return None  # no pair installed: nothing to analyse, nothing to cache
-    return hashlib.sha256(json.dumps(parts, default=repr).encode()).hexdigest()[:32]
-
-
-def _cached_result(cache_dir: Optional[Path], key: str) -> Optional[Dict[str, Any]]:
-    import json
-
-    if cache_dir is None:
-        return None
-    try:
-        data = json.loads((cache_dir / "contracts" / f"result-{key}.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("key") != key:
-        return None
-    for path, state in data.get("files", {}).items():
-        if _stat(path) != state:
-            return None  # a file the analysis read (or a folder it listed) changed
-    result = data.get("result")
-    return result if isinstance(result, dict) else None
-
-
-def _store_result(cache_dir: Optional[Path], key: str, touched: Set[str], result: Mapping[str, Any]) -> None:
-    import json
-    import tempfile
-
-    if cache_dir is None:
-        return
-    folders = {os.path.dirname(p) for p in touched}
-    files = {p: _stat(p) for p in sorted(touched | folders)}
-    tmp: Optional[str] = None
-    try:
-        d = cache_dir / "contracts"
-        d.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".r-", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"key": key, "files": files, "result": result}, fh)
-        os.replace(tmp, d / f"result-{key}.json")
-    except OSError:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-
-
 def analyse(scan: PackageScan, specs: Specs, cache_dir: Optional[Path] = None) -> Dict[str, Any]:
     """The snapshot's `contracts` section: the pairs found installed and one row per site.
 
     Two caches, both in `cache_dir/contracts`: each file's summary per content hash, and the
     whole result, reused while every file it read and every folder it listed is unchanged."""
     from doctor import __version__
+    from doctor.probe.contract_cache import cached_result, result_key, store_result
 
-    key = _result_key(scan, specs)
+    from doctor.probe.contract_specs import _to_json
+
+    key = result_key(scan, _to_json(specs))
     if key is None:
         return {"analyser": __version__, "pairs": [], "sites": [], "parsed_files": 0}
-    hit = _cached_result(cache_dir, key)
+    hit = cached_result(cache_dir, key)
     if hit is not None:
         return {**hit, "parsed_files": 0}
+    from doctor.probe.pysource import SummaryCache
+
     cache = SummaryCache(cache_dir)
     pairs_out: List[Dict[str, Any]] = []
     sites: List[_Site] = []
@@ -580,7 +523,9 @@ def analyse(scan: PackageScan, specs: Specs, cache_dir: Optional[Path] = None) -
             continue
         callee = Callee(scan, pair.callee_modules, cache)
         before = len(sites)
-        needle = re.compile(b"|".join(re.escape(m.encode()) for m in pair.callee_modules) or b"$^")
+        # only files that import the callee directly can reach it
+        names = b"|".join(re.escape(m.encode()) for m in pair.callee_modules)
+        needle = re.compile(rb"(?m)^\s*(?:from|import)\s+(?:" + names + rb")\b")
         for pattern in pair.caller_files:  # a file added to a globbed folder changes its mtime
             head = pattern.split("*")[0]
             touched_dir = os.path.join(caller.site_dir, os.path.dirname(head) if not head.endswith("/") else head.rstrip("/"))
@@ -604,5 +549,5 @@ def analyse(scan: PackageScan, specs: Specs, cache_dir: Optional[Path] = None) -
             "undecided": sum(1 for x in mine if x.verdict == UNDECIDED),
         })
     result = {"analyser": __version__, "pairs": pairs_out, "sites": [x.row() for x in sites]}
-    _store_result(cache_dir, key, cache.touched, result)
+    store_result(cache_dir, key, cache.touched, result)
     return {**result, "parsed_files": cache.parsed}

@@ -13,10 +13,8 @@ module once, not on every probe.
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -373,6 +371,8 @@ class SummaryCache:
         except OSError:
             self.mem[key] = None
             return None
+        import hashlib
+
         digest = hashlib.sha256(raw + f"\0{module}\0{is_pkg}\0{FORMAT}".encode()).hexdigest()
         result = self._load(digest)
         if result is None:
@@ -398,6 +398,8 @@ class SummaryCache:
     def _store(self, digest: str, summary: Dict[str, Any]) -> None:
         if self.dir is None:
             return
+        import tempfile
+
         tmp: Optional[str] = None
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
