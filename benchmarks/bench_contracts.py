@@ -89,6 +89,19 @@ def main() -> None:
         for key, env in envs.items():
             for name, c in commands.items():
                 times.setdefault(f"{key}|{name}", []).append(_run([*exe, *c], env))
+    # the collect() stage alone, in-process (less exposed to other processes' load than wall time)
+    stage = (
+        "import json, time, doctor.cli, doctor.probe\n"
+        "from doctor.probe.sources import Sources\n"
+        "src = Sources.system(); t = time.perf_counter()\n"
+        "doctor.probe.collect(loaded=False, sources=src)\n"
+        "print(json.dumps(time.perf_counter() - t))\n"
+    )
+    stages: Dict[str, List[float]] = {}
+    for _ in range(args.runs + 1):
+        for key, env in envs.items():
+            out = subprocess.run([sys.executable, "-c", stage], env=env, cwd="/tmp", capture_output=True, text=True)
+            stages.setdefault(key, []).append(float(out.stdout.strip().splitlines()[-1]))
     cold: Dict[str, List[float]] = {}
     if site is not None:
         key = f"+ TE 1.11, flash-attn 2.6.3, transformers 4.44, xtuner 0.1.23|after"
@@ -105,6 +118,13 @@ def main() -> None:
             b = statistics.median(times[f"{label}|before|{name}"]) * 1000
             a = statistics.median(times[f"{label}|after|{name}"]) * 1000
             print(f"| {label} | `{name}` | {b:.0f} | {a:.0f} | {100 * (a - b) / b:+.0f}% |")
+    print("\nThe static probe's `collect()` stage alone (in-process, median of fresh processes):\n")
+    print("| environment | before (ms) | after (ms) | change |")
+    print("|---|---:|---:|---:|")
+    for label in dict.fromkeys(k.split("|")[0] for k in envs):
+        b = statistics.median(stages[f"{label}|before"][1:]) * 1000
+        a = statistics.median(stages[f"{label}|after"][1:]) * 1000
+        print(f"| {label} | {b:.1f} | {a:.1f} | {a - b:+.1f} ms |")
     if cold:
         print(f"\nCold parse cache (first probe after installing those releases; TE's 8,500-line attention.py "
               f"and the transformers modeling files are parsed once): median of 3 = "
