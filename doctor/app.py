@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from doctor.model import Facts, Finding, Report, Workload, facts_from_snapshot
+from doctor.model import Facts, Finding, Pin, Report, Severity, Workload, facts_from_snapshot
 
 if TYPE_CHECKING:
     from doctor.rules.loader import Catalogue
@@ -37,7 +37,7 @@ class Inputs:
     facts: Facts
     workload: Workload
     catalogue: "Catalogue"
-    pins: Tuple[str, ...] = ()  # --assume, as given
+    pins: Tuple[Pin, ...] = ()  # --assume, parsed
     env_changes: Tuple[Tuple[str, Optional[str]], ...] = ()  # --assume-env, parsed (None: unset)
     snapshot: Optional[Mapping[str, Any]] = None  # the probed or loaded document
 
@@ -53,13 +53,13 @@ def load_inputs(
     loaded: bool = True,
 ) -> Inputs:
     """Everything `check` and `fix` need. Input errors raise InputError (exit 2)."""
-    from doctor.assume import parse_env_assignment, parse_pin
+    from doctor.assume import parse_env_assignment
+    from doctor.versions import parse_pin
     from doctor.rules.loader import load_catalogue
     from doctor.workload import resolve_workload
 
     # Parse cheap, user-typed input first so a typo fails before any probing.
-    for pin in assume:
-        parse_pin(pin)
+    pins = tuple(parse_pin(text) for text in assume)
     env_changes = dict(parse_env_assignment(a) for a in assume_env)
     workload = resolve_workload(workload_file, model, workload_flags)
     catalogue = load_catalogue(list(rules_dirs))
@@ -73,7 +73,7 @@ def load_inputs(
         facts=facts_from_snapshot(doc, source=source),
         workload=workload,
         catalogue=catalogue,
-        pins=tuple(assume),
+        pins=pins,
         env_changes=tuple(env_changes.items()),
         snapshot=doc,
     )
@@ -82,7 +82,8 @@ def load_inputs(
 
 def check(inputs: Inputs, *, kernel_run: Optional[Any] = None, kernels_skipped: Optional[str] = None) -> Report:
     """Backends, findings with verified fixes, and (when given) the kernels' verdicts."""
-    from doctor.rules.evaluate import diagnose, verified_fixes
+    from doctor.fix.recheck import verified_fixes
+    from doctor.rules.evaluate import diagnose
 
     diagnosis = diagnose(inputs.catalogue, inputs.facts, inputs.workload)
     findings = verified_fixes(inputs.catalogue, inputs.facts, inputs.workload, diagnosis)
@@ -93,11 +94,11 @@ def check(inputs: Inputs, *, kernel_run: Optional[Any] = None, kernels_skipped: 
         backends=diagnosis.backends,
         findings=contract + findings,
         kernels_skipped=kernels_skipped,
-        assumed=inputs.pins + tuple(f"{k}={v}" if v is not None else f"unset {k}" for k, v in inputs.env_changes),
+        assumed=tuple(str(p) for p in inputs.pins) + tuple(f"{k}={v}" if v is not None else f"unset {k}" for k, v in inputs.env_changes),
         rule_results=tuple((r.rule_id, r.status) for r in diagnosis.results) + contract_results,
     )
     if kernel_run is not None:
-        from doctor.linking import link_kernels
+        from doctor.verify.link import link_kernels
 
         report = link_kernels(report, inputs.catalogue, kernel_run)
     return report
@@ -115,8 +116,7 @@ def _contract_findings(facts: Facts) -> Tuple[Tuple[Finding, ...], Tuple[Tuple[s
 
 def fail_count(report: Report, fail_on: str, strict: bool) -> int:
     """How many findings are at or above the failure threshold (`--fail-on`)."""
-    levels = {"error": 0, "warning": 1, "info": 2}
-    limit = levels[fail_on]
+    limit = Severity(fail_on)
     # --strict: a framework whose backend choice is undecided counts like an unevaluated rule
     n = len({b.framework for b in report.backends if b.available is None}) if strict else 0
     for f in report.findings:
@@ -125,7 +125,7 @@ def fail_count(report: Report, fail_on: str, strict: bool) -> int:
         if f.status == "not_evaluated":
             n += 1 if strict else 0
             continue
-        if levels.get(f.severity, 2) <= limit:
+        if f.severity.at_least(limit):
             n += 1
     return n
 

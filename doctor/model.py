@@ -14,8 +14,9 @@ in `Facts.unknown`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from enum import Enum
 from types import MappingProxyType
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Literal, Mapping, Optional, Tuple
 
 SCHEMA_VERSION = 1
 
@@ -326,26 +327,83 @@ WORKLOAD_DERIVED = (
 
 # --------------------------------------------------------------------------- rule results
 
-SEVERITIES = ("error", "warning", "info")
+class Severity(str, Enum):
+    """How bad a finding is, ordered: ERROR < WARNING < INFO in `sorted` (worst first).
+    Compares equal to its text ("error"), so JSON and YAML read and write it as a string."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        return _SEVERITY_RANK[self.value]
+
+    def at_least(self, threshold: "Severity") -> bool:
+        """As bad as `threshold` or worse."""
+        return self.rank <= threshold.rank
+
+    def __lt__(self, other: object) -> bool:  # worst first
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.rank < other.rank
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+_SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
+SEVERITIES = tuple(s.value for s in Severity)
+
+# fired | not_evaluated from the rules; after kernels: confirmed | refuted | not_run
+FindingStatus = Literal["fired", "not_evaluated", "confirmed", "refuted", "not_run"]
+FINDING_STATUSES: Tuple[str, ...] = ("fired", "not_evaluated", "confirmed", "refuted", "not_run")
+
+
+@dataclass(frozen=True, order=True)
+class Pin:
+    """`name==version` as a value: the canonical (PEP 503) name, the version, and extras
+    (`transformer-engine[pytorch]==2.1.0`). doctor.versions.parse_pin reads one."""
+
+    name: str
+    version: str
+    extras: Tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        extras = f"[{','.join(self.extras)}]" if self.extras else ""
+        return f"{self.name}{extras}=={self.version}"
 
 
 @dataclass(frozen=True)
 class Fix:
+    """One way to clear a finding: pins, environment settings, workload (configuration)
+    changes the doctor can re-check, and config advice it can only print."""
+
     description: str
-    pins: Tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
+    pins: Tuple[Pin, ...] = ()
+    env: Mapping[str, Optional[str]] = field(default_factory=dict)  # None: unset the variable
     config: Tuple[str, ...] = ()
+    workload: Mapping[str, Any] = field(default_factory=dict)  # workload keys it changes
     cost: Optional[str] = None
     verified: Optional[bool] = None  # True: re-checking with it applied clears the finding
+    brings_up: Tuple[str, ...] = ()  # warnings that fire only with it applied (doctor.fix.recheck)
+
+    @property
+    def checkable(self) -> bool:
+        """Something the doctor can apply and re-check (not only advice)."""
+        return bool(self.pins or self.env or self.workload)
 
 
 @dataclass(frozen=True)
 class Finding:
     rule_id: str
-    severity: str  # error | warning | info
+    severity: Severity
     title: str
     message: str  # rendered for these facts and this workload
-    status: str  # fired | not_evaluated ; after kernels: confirmed | refuted | not_run
+    status: FindingStatus
     fixes: Tuple[Fix, ...] = ()
     sources: Tuple[str, ...] = ()
     missing: Tuple[str, ...] = ()  # facts that were unknown (status not_evaluated)

@@ -320,17 +320,9 @@ def parse_snapshot(text: str, path: Union[str, Path] = "<snapshot>") -> Dict[str
 
 
 def _parse_yaml(text: str, name: str) -> Any:
-    import yaml
+    from doctor.yamlio import load_yaml
 
-    try:
-        return yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or exc.context or "syntax error"
-        raise InputError(f"invalid YAML: {problem}", path=name, line=line, hint=RECREATE) from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"invalid YAML: {exc}", path=name, hint=RECREATE) from None
+    return load_yaml(text, name, hint=RECREATE)
 
 
 def load_snapshot(path: Union[str, Path]) -> Dict[str, Any]:

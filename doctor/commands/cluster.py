@@ -52,11 +52,10 @@ def run_cluster_check(
     doc = snaps.get(0) or next(iter(snaps.values()), {"schema_version": 1})
     facts = facts_from_snapshot(doc, source=f"rank 0 of {cluster.world_size} ({cluster.launcher}, {cluster.backend})")
     report = core.check(core.Inputs(facts=facts, workload=workload, catalogue=catalogue), kernels_skipped=None if kernels else "--no-kernels")
-    results = tuple(r for rank, r in cluster.kernels if rank == 0)
-    if results:
-        from doctor.linking import link_kernels
+    if cluster.kernel_run is not None:  # rank 0's own run, linked exactly as single-node check does
+        from doctor.verify.link import link_kernels
 
-        report = link_kernels(report, catalogue, _Run(results))
+        report = link_kernels(report, catalogue, cluster.kernel_run)
     report = replace(
         report,
         findings=tuple(cluster.findings) + report.findings,
@@ -67,15 +66,6 @@ def run_cluster_check(
     if not cluster.complete:
         code = int(ExitCode.INCOMPLETE)
     return _finish(cluster, code)
-
-
-class _Run:
-    """The slice of doctor.verify.KernelRun that linking reads."""
-
-    def __init__(self, results: tuple) -> None:
-        self.results = results
-        self.fastest: tuple = ()
-        self.timings: tuple = ()
 
 
 def _render(report: Any, cluster: Any, format: str, fail_on: str, strict: bool, verbose: bool) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional
 
 import typer
 
@@ -120,16 +120,10 @@ def _write_pins(plan, path: Path, constraints: bool, dry_run: bool, format: str)
     """Write (or diff) the pin file; messages go to stderr so --format json stays parseable."""
     from doctor.fix.pinfile import pins_from_plan, write_pinfile
 
-    rule_ids: Dict[str, Tuple[str, ...]] = {}
-    for change in plan.changes:
-        for p in change.pins:
-            name = p.split("==")[0]
-            ids = rule_ids.get(name, ()) + ((change.rule_id,) if change.rule_id else ())
-            rule_ids[name] = tuple(dict.fromkeys(ids))
     if not plan.pins:
         sys.stderr.write(f"attn-doctor: no pins in the plan; {path} not touched\n")
         return
-    result = write_pinfile(path, pins_from_plan(plan.pins, rule_ids), constraints=constraints, dry_run=dry_run)
+    result = write_pinfile(path, pins_from_plan(plan), constraints=constraints, dry_run=dry_run)
     for w in result.warnings:
         sys.stderr.write(f"attn-doctor: warning: {w}\n")
     if dry_run:

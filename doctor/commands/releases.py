@@ -53,10 +53,10 @@ def show(
 ) -> int:
     """List the versions the catalogue knows for a package (torch: with CUDA and cuDNN)."""
     from doctor.releases import load_release_catalogue
-    from doctor.rules.conditions import normalize_dist
+    from doctor.versions import canonical_name
 
     rel = load_release_catalogue(releases)
-    key = normalize_dist(name)
+    key = canonical_name(name)
     if key == "torch":
         rows = [f"{r.version}  CUDA {r.cuda}  {r.cudnn_dist}=={r.cudnn}  python {r.python or 'any'}" for r in rel.torch]
         emit("\n".join(rows))

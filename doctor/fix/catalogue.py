@@ -48,7 +48,7 @@ class IndexUnreachable(DoctorError):
 
 
 def _version_key(v: str) -> Any:
-    from doctor.rules.conditions import parse_version
+    from doctor.versions import parse_version
 
     return parse_version(v) or parse_version("0")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from doctor.model import Facts, Finding, Fix
+from doctor.model import Facts, Finding, Fix, Pin, Severity
 
 PREFIX = "CONTRACT-"
 
@@ -55,7 +55,7 @@ def _fixes(pair: Any, caller_version: str, callee_version: str) -> Tuple[Fix, ..
             fix = Fix(
                 description=f"Pin {pair.callee_dist} to {good.callee}, whose contract with {pair.caller_dist} "
                 f"{caller_version} binds ({' '.join(good.evidence.split())})",
-                pins=(f"{pair.callee_dist}=={good.callee}",),
+                pins=(Pin(pair.callee_dist, good.callee),),
             )
             out.append((_distance(good.callee, callee_version), fix))
         else:
@@ -64,7 +64,7 @@ def _fixes(pair: Any, caller_version: str, callee_version: str) -> Tuple[Fix, ..
                 fix = Fix(
                     description=f"Use {pair.caller_dist} {newest} with {pair.callee_dist} {good.callee}, a pair whose "
                     f"contract binds ({' '.join(good.evidence.split())})",
-                    pins=(f"{pair.caller_dist}=={newest}", f"{pair.callee_dist}=={good.callee}"),
+                    pins=(Pin(pair.caller_dist, newest), Pin(pair.callee_dist, good.callee)),
                 )
                 out.append(((50,) + _distance(newest, caller_version), fix))
     out.sort(key=lambda x: x[0])
@@ -156,11 +156,11 @@ def contract_findings(facts: Facts, specs: Any) -> Tuple[Tuple[Finding, ...], Tu
         sources = tuple(pair.sources) if pair is not None else ()
         if assumed:
             message += f"\nThe analysis read the installed files; with {', '.join(assumed)} assumed it was not re-run."
-            findings.append(Finding(rid, "error", title, message, "not_evaluated", (), sources,
+            findings.append(Finding(rid, Severity.ERROR, title, message, "not_evaluated", (), sources,
                                     (f"contracts.{pid}",), caller))
             results.append((rid, "not_evaluated"))
             continue
         fixes = _fixes(pair, caller_v, callee_v) if pair is not None else ()
-        findings.append(Finding(rid, "error", title, message, "fired", fixes, sources, (), caller))
+        findings.append(Finding(rid, Severity.ERROR, title, message, "fired", fixes, sources, (), caller))
         results.append((rid, "fired"))
     return tuple(findings), tuple(results)

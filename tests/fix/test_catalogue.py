@@ -12,7 +12,7 @@ import pytest
 from doctor.fix.catalogue import IndexUnreachable, python_spec, refresh, via_json
 from doctor.releases import CATALOGUE_PACKAGES
 from doctor.resources import rules_dir
-from doctor.rules.conditions import parse_version
+from doctor.versions import parse_version
 
 RELEASES = rules_dir() / "releases"
 

@@ -73,7 +73,7 @@ def test_te_1_11_with_flash_attn_2_6_3_is_an_error_from_the_code(tmp_path: Path,
     assert "_flash_attn_varlen_backward" in f.message and "'softcap'" in f.message
     assert "transformer-engine 1.11.0" in f.message and "flash-attn 2.6.3" in f.message
     assert "softcap, alibi_slopes, deterministic" in f.message  # the installed signature
-    assert f.fixes and f.fixes[0].pins == ("flash-attn==2.5.8",)
+    assert f.fixes and tuple(map(str, f.fixes[0].pins)) == ("flash-attn==2.5.8",)
 
 
 def test_te_1_11_with_flash_attn_2_5_8_binds_because_block_table_is_version_guarded(tmp_path: Path, cache: Path) -> None:
@@ -124,7 +124,7 @@ def test_xtuner_0_1_23_with_transformers_4_44_is_caught(tmp_path: Path, cache: P
     report = _check_without_seed_rule(doc)
     (f,) = [f for f in report.findings if f.rule_id == "CONTRACT-XTUNER-TRANSFORMERS"]
     assert "Qwen2FlashAttention2" in f.message and "_flash_attention_forward" in f.message
-    assert f.fixes and f.fixes[0].pins == ("transformers==4.42.4",)
+    assert f.fixes and tuple(map(str, f.fixes[0].pins)) == ("transformers==4.42.4",)
 
 
 def test_xtuner_0_1_23_with_transformers_4_42_4_is_clean(tmp_path: Path, cache: Path) -> None:
@@ -161,7 +161,7 @@ def test_llamafactory_0_8_3_imports_attention_classes_transformers_4_48_removed(
     assert all(s["kind"] == "import" and s["site"].startswith("llamafactory/model/model_utils/longlora.py:") for s in broken)
     report = _check_without_seed_rule(doc)
     (f,) = [f for f in report.findings if f.rule_id == "CONTRACT-LLAMAFACTORY-TRANSFORMERS"]
-    assert f.fixes and f.fixes[0].pins == ("transformers==4.44.0",)
+    assert f.fixes and tuple(map(str, f.fixes[0].pins)) == ("transformers==4.44.0",)
 
 
 def test_llamafactory_0_8_3_with_transformers_4_44_is_clean(tmp_path: Path, cache: Path) -> None:
