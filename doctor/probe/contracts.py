@@ -318,10 +318,11 @@ class _Site:
     def row(self) -> Dict[str, Any]:
         out = {"pair": self.pair, "kind": self.kind, "site": self.site, "symbol": self.symbol,
                "verdict": self.verdict, "reason": self.reason}
-        if self.signature:
-            out["signature"] = self.signature
-        if self.defined_at:
-            out["defined_at"] = self.defined_at
+        if self.verdict != BINDS:  # where a call binds, the signature adds nothing but bytes
+            if self.signature:
+                out["signature"] = self.signature
+            if self.defined_at:
+                out["defined_at"] = self.defined_at
         return out
 
 
