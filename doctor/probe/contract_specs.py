@@ -18,7 +18,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from doctor.errors import RuleError
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-_TAG_URL = re.compile(r"^https://github\.com/[^/]+/[^/]+/(blob|tree)/v?\d[^/]*/|^https://github\.com/[^/]+/[^/]+/(issues|pull)/\d+")
+# a file at a tag (any name but a branch's: v1.11, 2024.8, August-2024), or an issue / PR
+_TAG_URL = re.compile(
+    r"^https://github\.com/[^/]+/[^/]+/(blob|tree)/(?!(main|master|HEAD|dev|develop|nightly)/)[^/]+/"
+    r"|^https://github\.com/[^/]+/[^/]+/(issues|pull)/\d+"
+)
 
 
 @dataclass(frozen=True)

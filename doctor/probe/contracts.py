@@ -135,7 +135,7 @@ class Callee:
                 if t.kind == "module" and t.module:
                     t = self.lookup(t.module, name)
                 else:
-                    return Target("name", dotted_name)  # Cls.method or obj.attr: not followed
+                    return Target("deep", dotted_name)  # Cls.method or obj.attr (logger.warning): not followed
             return t
         return Target("nofile", dotted_name)
 
@@ -424,8 +424,7 @@ def _check_module(pair: Pair, rel: str, s: Mapping[str, Any], scan: PackageScan,
                 sig = t.cls["methods"].get("__init__")
                 bound = True
                 if sig is None:
-                    sites.append(_Site(pair.id, "call", where, t.symbol, UNDECIDED, "the class's __init__ is inherited; not followed"))
-                    continue
+                    continue  # __init__ inherited or generated (dataclasses): not followed
             if ev.all_true(call["guards"]) is False:
                 continue  # on a branch these versions never take
             present, maybe, opaque = _kwargs(call, s["funcs"], ev)

@@ -191,3 +191,17 @@ def test_editing_an_installed_callee_file_invalidates_the_cached_result(tmp_path
     assert "(1 file(s) parsed" in doc["provenance"]["contracts"]  # only the edited file
     assert {s["symbol"] for s in _sites(doc, "te-flash-attn", "breaks")} == {
         "flash_attn.flash_attn_interface._flash_attn_varlen_forward"}
+
+
+def test_unsloth_imports_of_removed_classes_inside_try_except_are_not_errors(tmp_path: Path, cache: Path) -> None:
+    """Unsloth 2024.8 imports LlamaFlashAttention2 & co. in try/except (falling back to
+    LlamaAttention); transformers 4.48 removed them: absent, but handled, so no error."""
+    site = tmp_path / "site"
+    upstream.install_unsloth(site)
+    upstream.install_transformers(site, "4.48.0")
+    doc = _probe(site, cache)
+    (pair,) = doc["contracts"]["pairs"]
+    assert pair["id"] == "unsloth-transformers" and pair["breaks"] == 0
+    handled = [s for s in doc["contracts"]["sites"] if s["symbol"].endswith(".LlamaFlashAttention2")]
+    assert handled and handled[0]["verdict"] == "binds" and "try/except ImportError" in handled[0]["reason"]
+    assert not [f for f in _check_without_seed_rule(doc).findings if f.rule_id.startswith("CONTRACT-")]
