@@ -423,8 +423,8 @@ def _check_module(pair: Pair, rel: str, s: Mapping[str, Any], scan: PackageScan,
             if t.kind == "class" and t.cls is not None:
                 sig = t.cls["methods"].get("__init__")
                 bound = True
-                if sig is None:
-                    continue  # __init__ inherited or generated (dataclasses): not followed
+            if sig is None:
+                continue  # __init__ inherited or generated (dataclasses): not followed
             if ev.all_true(call["guards"]) is False:
                 continue  # on a branch these versions never take
             present, maybe, opaque = _kwargs(call, s["funcs"], ev)

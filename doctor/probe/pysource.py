@@ -173,8 +173,8 @@ class _Walker:
             return
         if isinstance(st, ast.ClassDef):
             qual = f"{scope}.{st.name}" if scope else st.name
-            info = {"qual": qual, "line": st.lineno, "bases": [_src(b) for b in st.bases],
-                    "methods": {}, "attrs": []}
+            info: Dict[str, Any] = {"qual": qual, "line": st.lineno, "bases": [_src(b) for b in st.bases],
+                                    "methods": {}, "attrs": []}
             if not scope:
                 self.out["classes"][st.name] = info
                 self._bind(st.name, scope)

@@ -17,7 +17,8 @@ from typing import Any, Dict, List
 import pytest
 
 from doctor.app import Inputs, check
-from doctor.model import ContextParallel, Workload, facts_from_snapshot
+from doctor.assume import apply_pins
+from doctor.model import ContextParallel, Pin, Workload, facts_from_snapshot
 from doctor.probe.collect import collect
 from doctor.probe.sources import Sources
 from doctor.report.probe_text import render_probe
@@ -39,11 +40,17 @@ def _no_nvml() -> Any:
     raise OSError("no NVML in this test")
 
 
-def _check_without_seed_rule(doc: Dict[str, Any]) -> Any:
+def _catalogue() -> Any:
+    """The shipped catalogue without seeds.yaml, home of the version-table rule for seed 000."""
     files = [p for p in sorted(rules_dir().rglob("*.yaml"))
              if "contracts" not in p.parts and p.name != "seeds.yaml"]
     cat = load_catalogue(files, builtin=False, use_cache=False)
     assert not any(r.id == "TE-CP-FLASH-ATTN-SOFTCAP" for r in cat.rules)
+    return cat
+
+
+def _check_without_seed_rule(doc: Dict[str, Any]) -> Any:
+    cat = _catalogue()
     facts = facts_from_snapshot(doc)
     return check(Inputs(facts=facts, workload=Workload(context_parallel=ContextParallel(size=2)), catalogue=cat))
 
@@ -78,6 +85,11 @@ def test_te_1_11_with_flash_attn_2_6_3_is_an_error_from_the_code(tmp_path: Path,
     assert "transformer-engine 1.11.0" in f.message and "flash-attn 2.6.3" in f.message
     assert "softcap, alibi_slopes, deterministic" in f.message  # the installed signature
     assert f.fixes and tuple(map(str, f.fixes[0].pins)) == ("flash-attn==2.5.8",)
+    # --assume flash-attn==2.5.8: the analysis read 2.6.3's files, so it cannot say; not a pass either
+    assumed = apply_pins(facts_from_snapshot(again), [Pin("flash-attn", "2.5.8")])
+    (g,) = [g for g in check(Inputs(facts=assumed, workload=Workload(), catalogue=_catalogue())).findings
+            if g.rule_id == "CONTRACT-TE-FLASH-ATTN"]
+    assert g.status == "not_evaluated" and "flash-attn 2.5.8 assumed" in g.message
 
 
 def test_te_1_11_with_flash_attn_2_5_8_binds_because_block_table_is_version_guarded(tmp_path: Path, cache: Path) -> None:
@@ -205,3 +217,23 @@ def test_unsloth_imports_of_removed_classes_inside_try_except_are_not_errors(tmp
     handled = [s for s in doc["contracts"]["sites"] if s["symbol"].endswith(".LlamaFlashAttention2")]
     assert handled and handled[0]["verdict"] == "binds" and "try/except ImportError" in handled[0]["reason"]
     assert not [f for f in _check_without_seed_rule(doc).findings if f.rule_id.startswith("CONTRACT-")]
+
+
+@pytest.mark.parametrize("fa", ["2.6.3", "2.5.8"])
+def test_transformers_4_44_calls_into_flash_attn(tmp_path: Path, cache: Path, fa: str) -> None:
+    """transformers 4.44 passes `deterministic` behind is_flash_attn_greater_or_equal("2.4.1")
+    (a helper the pair declares) and `softcap` whenever the model has one: with flash-attn
+    2.5.8, which has no softcap, that is undecided (a runtime value), never an error."""
+    site = tmp_path / "site"
+    upstream.install_transformers(site, "4.44.0")
+    upstream.install_sdist_package(site, f"flash_attn-{fa}.tar.gz", "flash_attn")
+    doc = _probe(site, cache)
+    calls = [s for s in doc["contracts"]["sites"] if s["pair"] == "transformers-flash-attn"
+             and s["symbol"].endswith(("flash_attn_func", "flash_attn_varlen_func")) and s["kind"] == "call"]
+    assert len(calls) == 3 and all(s["site"].startswith("transformers/modeling_flash_attention_utils.py:") for s in calls)
+    assert not _sites(doc, "transformers-flash-attn", "breaks")
+    if fa == "2.6.3":
+        assert all(s["verdict"] == "binds" for s in calls)
+    else:
+        assert all(s["verdict"] == "undecided" and "'softcap'" in s["reason"] and "softcap is not None" in s["reason"]
+                   for s in calls)
