@@ -30,8 +30,26 @@ import upstream
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-def _probe(site: Path, cache: Path) -> Dict[str, Any]:
-    src = Sources(site_paths=[str(site)], environ={}, cache_dir=cache, use_ldconfig=False,
+_TRANSFORMERS: Dict[str, Path] = {}
+
+
+@pytest.fixture(scope="module")
+def transformers_tree(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """transformers <version> extracted once per module into its own site folder (read-only use)."""
+
+    def get(version: str) -> Path:
+        if version not in _TRANSFORMERS:
+            d = tmp_path_factory.mktemp(f"transformers-{version}")
+            upstream.install_transformers(d, version)
+            _TRANSFORMERS[version] = d
+        return _TRANSFORMERS[version]
+
+    yield get
+    _TRANSFORMERS.clear()
+
+
+def _probe(site: Path, cache: Path, *more: Path) -> Dict[str, Any]:
+    src = Sources(site_paths=[str(site), *map(str, more)], environ={}, cache_dir=cache, use_ldconfig=False,
                   nvml_loader=_no_nvml, which=lambda name: None, system_lib_dirs=(), system_include_dirs=())
     return collect(loaded=False, sources=src)
 
@@ -59,9 +77,10 @@ def _sites(doc: Dict[str, Any], pair: str, verdict: str) -> List[Dict[str, Any]]
     return [s for s in doc["contracts"]["sites"] if s["pair"] == pair and s["verdict"] == verdict]
 
 
-@pytest.fixture
-def cache(tmp_path: Path) -> Path:
-    return tmp_path / "cache"
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One parse cache for the module (identical files are parsed once); the cache tests use their own."""
+    return tmp_path_factory.mktemp("parse-cache")
 
 
 def test_te_1_11_with_flash_attn_2_6_3_is_an_error_from_the_code(tmp_path: Path, cache: Path) -> None:
@@ -129,11 +148,11 @@ def test_a_local_flash_attn_build_whose_private_function_gained_a_parameter_is_c
     assert not [s for s in _sites(doc, "te-flash-attn", "breaks") if "forward" in s["symbol"]]
 
 
-def test_xtuner_0_1_23_with_transformers_4_44_is_caught(tmp_path: Path, cache: Path) -> None:
+def test_xtuner_0_1_23_with_transformers_4_44_is_caught(tmp_path: Path, cache: Path, transformers_tree: Any) -> None:
     site = tmp_path / "site"
     upstream.install_xtuner(site)
-    upstream.install_transformers(site, "4.44.0")
-    doc = _probe(site, cache)
+    tf = transformers_tree("4.44.0")
+    doc = _probe(site, cache, tf)
     broken = _sites(doc, "xtuner-transformers", "breaks")
     qwen = [s for s in broken if ".Qwen2FlashAttention2." in s["symbol"]]
     assert qwen and qwen[0]["symbol"].endswith("._flash_attention_forward")
@@ -145,11 +164,11 @@ def test_xtuner_0_1_23_with_transformers_4_44_is_caught(tmp_path: Path, cache: P
     assert f.fixes and tuple(map(str, f.fixes[0].pins)) == ("transformers==4.42.4",)
 
 
-def test_xtuner_0_1_23_with_transformers_4_42_4_is_clean(tmp_path: Path, cache: Path) -> None:
+def test_xtuner_0_1_23_with_transformers_4_42_4_is_clean(tmp_path: Path, cache: Path, transformers_tree: Any) -> None:
     site = tmp_path / "site"
     upstream.install_xtuner(site)
-    upstream.install_transformers(site, "4.42.4")
-    doc = _probe(site, cache)
+    tf = transformers_tree("4.42.4")
+    doc = _probe(site, cache, tf)
     (pair,) = doc["contracts"]["pairs"]
     assert pair["breaks"] == 0 and pair["sites"] > 50
     patched = [s for s in doc["contracts"]["sites"] if s["kind"] == "patch" and s["symbol"].endswith("._flash_attention_forward")]
@@ -158,6 +177,7 @@ def test_xtuner_0_1_23_with_transformers_4_42_4_is_clean(tmp_path: Path, cache: 
 
 
 def test_the_parse_is_cached_per_file_content(tmp_path: Path, cache: Path) -> None:
+    cache = tmp_path / "own-cache"
     site = tmp_path / "site"
     upstream.install_te(site)
     upstream.install_sdist_package(site, "flash_attn-2.6.3.tar.gz", "flash_attn")
@@ -169,11 +189,11 @@ def test_the_parse_is_cached_per_file_content(tmp_path: Path, cache: Path) -> No
     assert any(cache.joinpath("contracts").iterdir())
 
 
-def test_llamafactory_0_8_3_imports_attention_classes_transformers_4_48_removed(tmp_path: Path, cache: Path) -> None:
+def test_llamafactory_0_8_3_imports_attention_classes_transformers_4_48_removed(tmp_path: Path, cache: Path, transformers_tree: Any) -> None:
     site = tmp_path / "site"
     upstream.install_llamafactory(site)
-    upstream.install_transformers(site, "4.48.0")
-    doc = _probe(site, cache)
+    tf = transformers_tree("4.48.0")
+    doc = _probe(site, cache, tf)
     broken = _sites(doc, "llamafactory-transformers", "breaks")
     assert {s["symbol"].rsplit(".", 1)[1] for s in broken} == {"LlamaFlashAttention2", "LlamaSdpaAttention"}
     assert all(s["kind"] == "import" and s["site"].startswith("llamafactory/model/model_utils/longlora.py:") for s in broken)
@@ -182,16 +202,17 @@ def test_llamafactory_0_8_3_imports_attention_classes_transformers_4_48_removed(
     assert f.fixes and tuple(map(str, f.fixes[0].pins)) == ("transformers==4.44.0",)
 
 
-def test_llamafactory_0_8_3_with_transformers_4_44_is_clean(tmp_path: Path, cache: Path) -> None:
+def test_llamafactory_0_8_3_with_transformers_4_44_is_clean(tmp_path: Path, cache: Path, transformers_tree: Any) -> None:
     site = tmp_path / "site"
     upstream.install_llamafactory(site)
-    upstream.install_transformers(site, "4.44.0")
-    doc = _probe(site, cache)
+    tf = transformers_tree("4.44.0")
+    doc = _probe(site, cache, tf)
     (pair,) = doc["contracts"]["pairs"]
     assert pair["id"] == "llamafactory-transformers" and pair["breaks"] == 0 and pair["sites"] > 5
 
 
 def test_editing_an_installed_callee_file_invalidates_the_cached_result(tmp_path: Path, cache: Path) -> None:
+    cache = tmp_path / "own-cache"
     site = tmp_path / "site"
     upstream.install_te(site)
     pkg = upstream.install_sdist_package(site, "flash_attn-2.5.8.tar.gz", "flash_attn")
@@ -205,13 +226,13 @@ def test_editing_an_installed_callee_file_invalidates_the_cached_result(tmp_path
         "flash_attn.flash_attn_interface._flash_attn_varlen_forward"}
 
 
-def test_unsloth_imports_of_removed_classes_inside_try_except_are_not_errors(tmp_path: Path, cache: Path) -> None:
+def test_unsloth_imports_of_removed_classes_inside_try_except_are_not_errors(tmp_path: Path, cache: Path, transformers_tree: Any) -> None:
     """Unsloth 2024.8 imports LlamaFlashAttention2 & co. in try/except (falling back to
     LlamaAttention); transformers 4.48 removed them: absent, but handled, so no error."""
     site = tmp_path / "site"
     upstream.install_unsloth(site)
-    upstream.install_transformers(site, "4.48.0")
-    doc = _probe(site, cache)
+    tf = transformers_tree("4.48.0")
+    doc = _probe(site, cache, tf)
     (pair,) = doc["contracts"]["pairs"]
     assert pair["id"] == "unsloth-transformers" and pair["breaks"] == 0
     handled = [s for s in doc["contracts"]["sites"] if s["symbol"].endswith(".LlamaFlashAttention2")]
@@ -220,14 +241,14 @@ def test_unsloth_imports_of_removed_classes_inside_try_except_are_not_errors(tmp
 
 
 @pytest.mark.parametrize("fa", ["2.6.3", "2.5.8"])
-def test_transformers_4_44_calls_into_flash_attn(tmp_path: Path, cache: Path, fa: str) -> None:
+def test_transformers_4_44_calls_into_flash_attn(tmp_path: Path, cache: Path, fa: str, transformers_tree: Any) -> None:
     """transformers 4.44 passes `deterministic` behind is_flash_attn_greater_or_equal("2.4.1")
     (a helper the pair declares) and `softcap` whenever the model has one: with flash-attn
     2.5.8, which has no softcap, that is undecided (a runtime value), never an error."""
     site = tmp_path / "site"
-    upstream.install_transformers(site, "4.44.0")
+    tf = transformers_tree("4.44.0")
     upstream.install_sdist_package(site, f"flash_attn-{fa}.tar.gz", "flash_attn")
-    doc = _probe(site, cache)
+    doc = _probe(site, cache, tf)
     calls = [s for s in doc["contracts"]["sites"] if s["pair"] == "transformers-flash-attn"
              and s["symbol"].endswith(("flash_attn_func", "flash_attn_varlen_func")) and s["kind"] == "call"]
     assert len(calls) == 3 and all(s["site"].startswith("transformers/modeling_flash_attention_utils.py:") for s in calls)
