@@ -224,7 +224,10 @@ def _relpath(path: str, scan: PackageScan) -> str:
 
 def bind(sig: Dict[str, Any], call: Mapping[str, Any], kw_present: Sequence[str],
          kw_maybe: Mapping[str, str], opaque: bool, bound_method: bool) -> Tuple[str, str]:
-    """Does a call with `npos` positional and these keywords bind to `sig`? (verdict, reason)."""
+    """Does a call with `npos` positional and these keywords bind to `sig`? (verdict, reason).
+
+    An undecided reason that starts with "breaks when" is a certain mismatch on some paths
+    (a keyword the callee does not take, passed under a runtime test)."""
     params = [p for p in sig["params"]]
     if bound_method and params and params[0][1] in ("po", "pk"):
         params = params[1:]
@@ -261,12 +264,56 @@ def bind(sig: Dict[str, Any], call: Mapping[str, Any], kw_present: Sequence[str]
         plural = "s" if len(hard) > 1 else ""
         return BREAKS, f"missing required argument{plural} {', '.join(repr(m) for m in hard)}"
     if undecided:
+        certain = [u for u in undecided if "which it does not take" in u]
+        if certain and len(certain) == len(undecided):
+            return UNDECIDED, "breaks when it " + "; ".join(certain)
         return UNDECIDED, "; ".join(undecided)
     return BINDS, "binds"
 
 
-def _kwargs(call: Mapping[str, Any], funcs: Mapping[str, Any], ev: Evaluator) -> Tuple[List[str], Dict[str, str], bool]:
-    """Keywords a call passes through `**name` dicts: (present, {maybe: when}, opaque)."""
+def _positional(call: Mapping[str, Any], s: Mapping[str, Any], ev: "Evaluator",
+                path: Mapping[str, bool]) -> Tuple[int, bool]:
+    """(positional count, still unknown?) with `*lst` counted where the function builds `lst`
+    from literals and appends whose tests are decided on this path."""
+    npos, unknown = int(call["npos"]), False
+    for var in call.get("starred", [None] if call["star"] else []):
+        ops = (s.get("lists", {}).get(call["scope"], {}) or {}).get(var or "", [])
+        count: Optional[int] = None  # None: not known (a parameter, a call's result, an undecided test)
+        for op in sorted((o for o in ops if o["line"] < call["line"]), key=lambda o: o["line"]):
+            runs = ev.all_true(op["guards"], path)
+            if runs is False:
+                continue
+            if runs is None:
+                count = None
+                break
+            if op["op"] == "set":
+                count = op["n"]
+            else:
+                count = None if count is None or op["n"] is None else count + int(op["n"])
+        if count is None:
+            unknown = True
+        else:
+            npos += int(count)
+    return npos, unknown
+
+
+def _path(*chains: Sequence[Mapping[str, Any]]) -> Dict[str, bool]:
+    """{test: value} for the `if` tests that hold where the code runs."""
+    out: Dict[str, bool] = {}
+    for chain in chains:
+        for g in chain:
+            src = str(g["src"])
+            if not src.startswith("<"):
+                out[src] = not g["neg"]
+    return out
+
+
+def _kwargs(call: Mapping[str, Any], funcs: Mapping[str, Any], ev: "Evaluator",
+            path: Optional[Mapping[str, bool]] = None) -> Tuple[List[str], Dict[str, str], bool]:
+    """Keywords a call passes through `**name` dicts: (present, {maybe: when}, opaque).
+
+    A key set before the call counts with the call's own tests taken as true; one set after it
+    (a loop's next turn) at most as "maybe"."""
     present: List[str] = []
     maybe: Dict[str, str] = {}
     opaque = False
@@ -279,16 +326,10 @@ def _kwargs(call: Mapping[str, Any], funcs: Mapping[str, Any], ev: Evaluator) ->
         opaque = opaque or bool(d["opaque"])
         state: Dict[str, Tuple[Optional[bool], str]] = {}
         for entry in d["keys"]:
-            guards = entry["guards"]
-            if entry["line"] < call["line"]:
-                # set earlier on the path that leads to the call: only its own extra tests count
-                shared = 0
-                for a, b in zip(guards, call["guards"]):
-                    if a != b:
-                        break
-                    shared += 1
-                guards = guards[shared:]
-            t = ev.all_true(guards)
+            guards = [g for g in entry["guards"] if not (path and path.get(str(g["src"])) == (not g["neg"]))]
+            t = ev.all_true(guards, path)
+            if t is True and entry["line"] > call["line"]:
+                t = None
             cond = " and ".join(("not " if g["neg"] else "") + f"({g['src']})" for g in guards) or "always"
             prev = state.get(entry["key"])
             if t is True or prev is None or (prev[0] is False and t is None):
@@ -318,6 +359,8 @@ class _Site:
     def row(self) -> Dict[str, Any]:
         out = {"pair": self.pair, "kind": self.kind, "site": self.site, "symbol": self.symbol,
                "verdict": self.verdict, "reason": self.reason}
+        if self.verdict == UNDECIDED and self.reason.startswith("breaks when"):
+            out["conditional"] = True  # a certain mismatch on the paths the reason names
         if self.verdict != BINDS:  # where a call binds, the signature adds nothing but bytes
             if self.signature:
                 out["signature"] = self.signature
@@ -340,16 +383,25 @@ def _wanted(pair: Pair, module: str) -> bool:
 
 
 def _evaluator(s: Mapping[str, Any], scan: PackageScan, callee: Callee, pair: Pair) -> Tuple["Evaluator", Dict[str, str]]:
+    """The module's guard evaluator. The tests a callee import sits under are assumed to hold:
+    the calls analysed are those made when the callee was imported."""
     from doctor.probe.guards import Evaluator
 
     imports: Dict[str, str] = {}
+    assume: List[str] = []
     for imp in s["imports"]:
         if imp["scope"]:
             continue
         imports[imp["alias"]] = imp.get("full", imp["module"]) if imp["name"] is None else f"{imp['module']}.{imp['name']}"
+        if callee.owns(imp["module"]):
+            assume.extend(str(g["src"]) for g in imp["guards"] if not g["neg"] and not str(g["src"]).startswith("<except"))
     versions = {n: d.version for n, d in scan.dists.items()}
     modules = {m: pair.callee_dist for m in pair.callee_modules}
-    return Evaluator(imports, s["consts"], versions, modules, callee.accepts, pair.helpers), imports
+    present = scan.has_module
+    plain = Evaluator(imports, s["consts"], versions, modules, callee.accepts, pair.helpers, (), present)
+    # an assumption that the versions refute (TE 1.11: `_flash_attn_version >= required`) is dropped
+    assume = [a for a in dict.fromkeys(assume) if plain.test(a) is not False]
+    return Evaluator(imports, s["consts"], versions, modules, callee.accepts, pair.helpers, assume, present), imports
 
 
 def _caller_files(pair: Pair, site_dir: str, pattern_bytes: "re.Pattern[bytes]", touched: Set[str]) -> List[str]:
@@ -410,35 +462,78 @@ def _check_module(pair: Pair, rel: str, s: Mapping[str, Any], scan: PackageScan,
                 continue
             _check_patch_call(pair, rel, call, s, ev, callee, cls_name, cls_t, sites)
             continue
-        if head in skip_aliases or head not in imports:
-            continue
-        full = imports[head] + (f".{rest}" if rest else "")
-        if not callee.owns(full) or not _wanted(pair, full.rpartition(".")[0] or full):
-            continue
-        t = callee.resolve(full)
-        where = f"{rel}:{call['line']}"
-        if t.kind in ("def", "class"):
-            sig = t.sig
-            bound = False
-            if t.kind == "class" and t.cls is not None:
-                sig = t.cls["methods"].get("__init__")
-                bound = True
-            if sig is None:
-                continue  # __init__ inherited or generated (dataclasses): not followed
-            if ev.all_true(call["guards"]) is False:
-                continue  # on a branch these versions never take
-            present, maybe, opaque = _kwargs(call, s["funcs"], ev)
-            verdict, reason = bind(sig, call, present, maybe, opaque, bound)
-            from doctor.probe.pysource import render_signature
+        for full, via in _targets(call, head, rest, imports, skip_aliases, s, ev):
+            if not callee.owns(full) or not _wanted(pair, full.rpartition(".")[0] or full):
+                continue
+            _check_call(pair, rel, call, full, via, s, ev, callee, sites)
 
-            sites.append(_Site(pair.id, "call", where, t.symbol, verdict, reason,
-                               render_signature(t.symbol.rsplit(".", 1)[-1], sig), t.where))
-        elif t.kind == "missing":
-            sites.append(_Site(pair.id, "call", where, t.symbol, BREAKS, f"{t.symbol.rpartition('.')[0]} has no '{t.symbol.rpartition('.')[2]}'"))
-        elif t.kind in ("lazy", "nofile", "name"):
-            sites.append(_Site(pair.id, "call", where, t.symbol, UNDECIDED, {
-                "lazy": "the module resolves names lazily", "nofile": "no Python source for the module",
-                "name": "not a plain function (assigned or wrapped at import time)"}[t.kind]))
+
+def _targets(call: Mapping[str, Any], head: str, rest: str, imports: Mapping[str, str], skip: Set[str],
+             s: Mapping[str, Any], ev: "Evaluator") -> List[Tuple[str, Optional[Tuple[str, Optional[bool], str, Any]]]]:
+    """The callee symbols a call may reach: through an imported name, or a local variable that
+    the function sets to one (`fwd = _flash_attn_varlen_fwd if thd else _flash_attn_fwd`).
+    For the latter: (local name, does the assignment certainly run, its tests)."""
+    if head in imports and head not in skip:
+        return [(imports[head] + (f".{rest}" if rest else ""), None)]
+    out: List[Tuple[str, Optional[Tuple[str, Optional[bool], str, Any]]]] = []
+    for a in (s.get("aliases", {}).get(call["scope"], {}) or {}).get(head, []) if not rest else []:
+        thead, _, trest = a["target"].partition(".")
+        if thead not in imports or thead in skip or a["line"] > call["line"]:
+            continue
+        guards = _strip_shared(a["guards"], call["guards"])
+        runs = ev.all_true(guards, _path(call["guards"]))
+        if runs is False:
+            continue  # this branch is not taken with the installed versions, or not on this path
+        cond = " and ".join(("not " if g["neg"] else "") + f"({g['src']})" for g in guards) or "always"
+        out.append((imports[thead] + (f".{trest}" if trest else ""), (head, runs, cond, guards)))
+    return out
+
+
+def _strip_shared(guards: Sequence[Mapping[str, Any]], call_guards: Sequence[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
+    shared = 0
+    for a, b in zip(guards, call_guards):
+        if a != b:
+            break
+        shared += 1
+    return list(guards[shared:])
+
+
+def _check_call(pair: Pair, rel: str, call: Mapping[str, Any], full: str,
+                via: Optional[Tuple[str, Optional[bool], str, Any]], s: Mapping[str, Any], ev: "Evaluator",
+                callee: Callee, sites: List["_Site"]) -> None:
+    """One call (or one callee a local variable may hold) against the installed definition."""
+    from doctor.probe.pysource import render_signature
+
+    if ev.all_true(call["guards"]) is False:
+        return  # on a branch these versions never take
+    t = callee.resolve(full)
+    where = f"{rel}:{call['line']}"
+    note = f" (through `{via[0]}`, set when {via[2]})" if via is not None else ""
+    if t.kind in ("def", "class"):
+        sig = t.sig
+        bound = False
+        if t.kind == "class" and t.cls is not None:
+            sig = t.cls["methods"].get("__init__")
+            bound = True
+        if sig is None:
+            return  # __init__ inherited or generated (dataclasses): not followed
+        path = _path(call["guards"], via[3] if via else ())
+        present, maybe, opaque = _kwargs(call, s["funcs"], ev, path)
+        npos, star = _positional(call, s, ev, path)
+        verdict, reason = bind(sig, {**call, "npos": npos, "star": star}, present, maybe, opaque, bound)
+        if verdict == BREAKS and via is not None and via[1] is None:
+            verdict = UNDECIDED  # breaks only where the local variable holds this function
+            reason = "breaks when it holds this function: " + reason
+        sites.append(_Site(pair.id, "call", where, t.symbol, verdict, reason + note,
+                           render_signature(t.symbol.rsplit(".", 1)[-1], sig), t.where))
+    elif t.kind == "missing":
+        verdict = UNDECIDED if via is not None and via[1] is None else BREAKS
+        sites.append(_Site(pair.id, "call", where, t.symbol, verdict,
+                           f"{t.symbol.rpartition('.')[0]} has no '{t.symbol.rpartition('.')[2]}'" + note))
+    elif t.kind in ("lazy", "nofile", "name"):
+        sites.append(_Site(pair.id, "call", where, t.symbol, UNDECIDED, {
+            "lazy": "the module resolves names lazily", "nofile": "no Python source for the module",
+            "name": "not a plain function (assigned or wrapped at import time)"}[t.kind] + note))
 
 
 def _check_patch_call(pair: Pair, rel: str, call: Mapping[str, Any], s: Mapping[str, Any], ev: Evaluator,
@@ -458,7 +553,7 @@ def _check_patch_call(pair: Pair, rel: str, call: Mapping[str, Any], s: Mapping[
     else:
         sig, at = info
         bound = "staticmethod" not in sig.get("decorators", [])
-        present, maybe, opaque = _kwargs(call, s["funcs"], ev)
+        present, maybe, opaque = _kwargs(call, s["funcs"], ev, _path(call["guards"]))
         verdict, reason = bind(sig, call, present, maybe, opaque, bound)
         from doctor.probe.pysource import render_signature
 
@@ -546,6 +641,7 @@ def analyse(scan: PackageScan, specs: Specs, cache_dir: Optional[Path] = None) -
             "callee_version": callee_dist.version,
             "sites": len(mine),
             "breaks": sum(1 for x in mine if x.verdict == BREAKS),
+            "conditional": sum(1 for x in mine if x.verdict == UNDECIDED and x.reason.startswith("breaks when")),
             "undecided": sum(1 for x in mine if x.verdict == UNDECIDED),
         })
     result = {"analyser": __version__, "pairs": pairs_out, "sites": [x.row() for x in sites]}

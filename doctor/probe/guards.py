@@ -64,6 +64,8 @@ class Evaluator:
         modules: Mapping[str, str],
         accepts: Callable[[str], Optional[Set[str]]],
         helpers: Mapping[str, Mapping[str, str]],
+        assume: Sequence[str] = (),
+        module_present: Optional[Callable[[str], bool]] = None,
     ) -> None:
         self.imports = imports
         self.consts = consts
@@ -71,24 +73,37 @@ class Evaluator:
         self.modules = modules
         self.accepts = accepts
         self.helpers = helpers
+        self.module_present = module_present
+        self.assume = frozenset(assume)  # tests known to hold on the path analysed (the callee's import guards)
         self._memo: Dict[str, Any] = {}
+        self._path: Mapping[str, bool] = {}  # tests known on the path being analysed (src -> value)
         self._busy: Set[str] = set()
 
     # ------------------------------------------------------------------ public
-    def test(self, src: str) -> Optional[bool]:
-        """A guard's truth with the installed versions; None when it cannot be decided."""
+    def test(self, src: str, path: Optional[Mapping[str, bool]] = None) -> Optional[bool]:
+        """A guard's truth with the installed versions; None when it cannot be decided.
+
+        `path`: tests whose value is known where the code runs (the `if`s around the call)."""
+        if path and src in path:
+            return path[src]
+        if src.startswith("<try: "):
+            return self._try_runs(src)
         try:
             node = ast.parse(src, mode="eval").body
         except SyntaxError:
             return None
-        v = self._eval(node)
+        self._path = path or {}
+        try:
+            v = self._eval(node)
+        finally:
+            self._path = {}
         return None if v is _UNDECIDED else bool(v)
 
-    def all_true(self, guards: Sequence[Mapping[str, Any]]) -> Optional[bool]:
+    def all_true(self, guards: Sequence[Mapping[str, Any]], path: Optional[Mapping[str, bool]] = None) -> Optional[bool]:
         """The conjunction of a guard chain ({"src", "neg"}): False wins over undecided."""
         result: Optional[bool] = True
         for g in guards:
-            t = self.test(str(g["src"]))
+            t = True if str(g["src"]) in self.assume else self.test(str(g["src"]), path)
             if t is not None and g.get("neg"):
                 t = not t
             if t is False:
@@ -96,6 +111,22 @@ class Evaluator:
             if t is None:
                 result = None
         return result
+
+    def _try_runs(self, marker: str) -> Optional[bool]:
+        """Does a try body that imports these modules and reads these versions run through?"""
+        from doctor.probe.packages import normalize
+
+        body = marker[len("<try: "):-1]
+        fields = dict(part.strip().split("=", 1) for part in body.split(";") if "=" in part)
+        mods = [m for m in fields.get("modules", "").split(",") if m]
+        dists = [d for d in fields.get("dists", "").split(",") if d]
+        if any(normalize(d) not in self.versions for d in dists):
+            return False
+        if mods and self.module_present is None:
+            return None
+        if any(not self.module_present(m) for m in mods):  # type: ignore[misc]
+            return False
+        return True  # imports can still fail for other reasons; the installed path is analysed
 
     # ------------------------------------------------------------------ evaluation
     def _resolve(self, name: str) -> str:
@@ -111,20 +142,24 @@ class Evaluator:
         if name in self._busy or name not in self.consts:
             return _UNDECIDED
         self._busy.add(name)
-        values: List[Any] = []
-        for a in self.consts[name]:
-            if self.all_true(a.get("guards") or []) is False:
+        saved, self._path = self._path, {}  # path facts are about the function, not the module
+        # Module code runs top to bottom: an assignment that certainly runs replaces what came
+        # before; one that may run leaves the value undecided unless both agree.
+        out: Any = _UNDECIDED
+        for a in sorted(self.consts[name], key=lambda a: int(a.get("line", 0))):
+            runs = self.all_true(a.get("guards") or [])
+            if runs is False:
                 continue  # assigned only on a branch not taken with these versions
             try:
-                node = ast.parse(str(a["src"]), mode="eval").body
+                value = self._eval(ast.parse(str(a["src"]), mode="eval").body)
             except SyntaxError:
-                values.append(_UNDECIDED)
-                continue
-            values.append(self._eval(node))
+                value = _UNDECIDED
+            if runs is True:
+                out = value
+            elif out is _UNDECIDED or value is _UNDECIDED or value != out:
+                out = _UNDECIDED  # may or may not be replaced, by a different value
         self._busy.discard(name)
-        out = _UNDECIDED
-        if values and all(v is not _UNDECIDED for v in values) and all(v == values[0] for v in values):
-            out = values[0]
+        self._path = saved
         self._memo[name] = out
         return out
 
@@ -137,6 +172,10 @@ class Evaluator:
     def _eval(self, node: ast.AST) -> Any:  # noqa: C901 - one small interpreter
         if isinstance(node, ast.Constant):
             return node.value
+        if self._path:
+            known = self._path.get(ast.unparse(node))
+            if known is not None:
+                return known
         if isinstance(node, ast.Name):
             if node.id in ("True", "False", "None"):
                 return {"True": True, "False": False, "None": None}[node.id]

@@ -18,9 +18,29 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-FORMAT = 1
+FORMAT = 5
 Guard = Dict[str, Any]  # {"src": "a >= b", "neg": bool}
-_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "PackageNotFoundError", "DistributionNotFound",
+                  "Exception", "BaseException"}
+_VERSION_CALLS = {"version", "get_pkg_version", "get_distribution", "get_version"}
+
+
+def _try_marker(body: List[ast.stmt]) -> Optional[str]:
+    """`<try: modules=a,b; dists=x>`: what a try body needs to run to its end (doctor.probe.guards)."""
+    mods: List[str] = []
+    dists: List[str] = []
+    for st in body:
+        for n in ast.walk(st):
+            if isinstance(n, ast.Import):
+                mods.extend(a.name.split(".")[0] for a in n.names)
+            elif isinstance(n, ast.ImportFrom) and not n.level and n.module:
+                mods.append(n.module.split(".")[0])
+            elif isinstance(n, ast.Call) and (dotted(n.func) or "").split(".")[-1] in _VERSION_CALLS:
+                if n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str):
+                    dists.append(n.args[0].value)
+    if not mods and not dists:
+        return None
+    return f"<try: modules={','.join(dict.fromkeys(mods))}; dists={','.join(dict.fromkeys(dists))}>"
 
 
 def _src(node: ast.AST) -> str:
@@ -83,6 +103,11 @@ class _Func:
 
     def __init__(self) -> None:
         self.dicts: Dict[str, Dict[str, Any]] = {}
+        self.aliases: Dict[str, List[Dict[str, Any]]] = {}  # local = imported_name (a function chosen by branch)
+        self.lists: Dict[str, List[Dict[str, Any]]] = {}  # lists passed as *args: [{set|add: n, guards, line}]
+
+    def list_op(self, var: str, op: str, n: Optional[int], guards: List[Guard], line: int) -> None:
+        self.lists.setdefault(var, []).append({"op": op, "n": n, "guards": list(guards), "line": line})
 
     def key(self, var: str, key: str, guards: List[Guard], line: int) -> None:
         d = self.dicts.setdefault(var, {"keys": [], "opaque": False})
@@ -108,8 +133,11 @@ class _Walker:
             "star": [],
             "lazy": False,
             "tables": {},
+            "aliases": {},
+            "lists": {},
         }
         self._names: Dict[str, None] = {}
+        self._globals: Dict[str, set] = {}  # function -> names it declares `global`
 
     # ------------------------------------------------------------------ helpers
     def _abs(self, node: ast.ImportFrom) -> str:
@@ -170,6 +198,10 @@ class _Walker:
             self.walk(st.body, [], qual, f, cls, False)
             if f.dicts:
                 self.out["funcs"][qual] = f.dicts
+            if f.aliases:
+                self.out["aliases"][qual] = f.aliases
+            if f.lists:
+                self.out["lists"][qual] = f.lists
             return
         if isinstance(st, ast.ClassDef):
             qual = f"{scope}.{st.name}" if scope else st.name
@@ -182,10 +214,16 @@ class _Walker:
             info["attrs"] = sorted(set(info["attrs"]))
             return
         if isinstance(st, ast.If):
-            test = _src(st.test)
+            node, neg = st.test, False
+            while isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+                node, neg = node.operand, not neg  # `if not x:` is x, negated
+            test = _src(node)
             self._calls(st.test, guards, scope, func)
-            self.walk(st.body, guards + [{"src": test, "neg": False}], scope, func, cls, in_try)
-            self.walk(st.orelse, guards + [{"src": test, "neg": True}], scope, func, cls, in_try)
+            self.walk(st.body, guards + [{"src": test, "neg": neg}], scope, func, cls, in_try)
+            self.walk(st.orelse, guards + [{"src": test, "neg": not neg}], scope, func, cls, in_try)
+            return
+        if isinstance(st, ast.Global) and scope:
+            self._globals.setdefault(scope, set()).update(st.names)
             return
         if isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
             catches = False
@@ -193,10 +231,16 @@ class _Walker:
                 names = [] if h.type is None else [dotted(e) or "" for e in (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type])]
                 if h.type is None or any(n.split(".")[-1] in _IMPORT_ERRORS for n in names):
                     catches = True
-            self.walk(st.body, guards, scope, func, cls, in_try or catches)  # type: ignore[attr-defined]
+            marker = _try_marker(st.body) if catches else None  # type: ignore[attr-defined]
+            body_guards = guards + [{"src": marker, "neg": False}] if marker else guards
+            self.walk(st.body, body_guards, scope, func, cls, in_try or catches)  # type: ignore[attr-defined]
             for h in st.handlers:  # type: ignore[attr-defined]
-                self.walk(h.body, guards, scope, func, cls, in_try)
-            self.walk(st.orelse, guards, scope, func, cls, in_try)  # type: ignore[attr-defined]
+                # a handler runs when the body failed: decidable for import failures, else a
+                # marker no evaluator can decide
+                caught = "" if h.type is None else _src(h.type)
+                hg = {"src": marker, "neg": True} if marker else {"src": f"<except {caught}>", "neg": False}
+                self.walk(h.body, guards + [hg], scope, func, cls, in_try)
+            self.walk(st.orelse, body_guards, scope, func, cls, in_try)  # type: ignore[attr-defined]
             self.walk(st.finalbody, guards, scope, func, cls, in_try)  # type: ignore[attr-defined]
             return
         if isinstance(st, (ast.For, ast.AsyncFor, ast.While)):
@@ -233,8 +277,16 @@ class _Walker:
                                 self.out["tables"][t.id] = table
                 elif cls is not None and scope == cls["qual"]:
                     cls["attrs"].append(t.id)
+                elif t.id in self._globals.get(scope, ()) and value is not None:
+                    # a function rebinding a module constant: the value may change at run time
+                    self.out["consts"].setdefault(t.id, []).append(
+                        {"src": _src(value), "line": st.lineno, "guards": [{"src": f"<global write in {scope}>", "neg": False}]}
+                    )
                 elif func is not None and value is not None:
                     self._dict_assign(t.id, value, guards, func, st.lineno)
+                    self._alias(t.id, value, guards, func, st.lineno)
+                    literal = isinstance(value, (ast.List, ast.Tuple)) and not any(isinstance(e, ast.Starred) for e in value.elts)
+                    func.list_op(t.id, "set", len(value.elts) if literal else None, guards, st.lineno)  # type: ignore[attr-defined]
             elif isinstance(t, ast.Attribute) and cls is not None:
                 if isinstance(t.value, ast.Name) and t.value.id == "self":
                     cls["attrs"].append(t.attr)
@@ -280,7 +332,28 @@ class _Walker:
         if var in func.dicts:
             func.opaque(var)
 
+    def _alias(self, var: str, value: ast.expr, guards: List[Guard], func: _Func, line: int) -> None:
+        """`f = some_function` (or `a if c else b`): calls of `f(...)` may reach the callee."""
+        if isinstance(value, ast.IfExp):
+            test = _src(value.test)
+            self._alias(var, value.body, guards + [{"src": test, "neg": False}], func, line)
+            self._alias(var, value.orelse, guards + [{"src": test, "neg": True}], func, line)
+            return
+        target = dotted(value) if isinstance(value, (ast.Name, ast.Attribute)) else None
+        if target and target != var:
+            func.aliases.setdefault(var, []).append({"target": target, "guards": list(guards), "line": line})
+
     def _update(self, value: ast.expr, guards: List[Guard], func: _Func) -> None:
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("append", "extend"):
+            var = dotted(value.func.value)
+            if var and "." not in var:
+                n: Optional[int] = 1
+                if value.func.attr == "extend":
+                    arg = value.args[0] if value.args else None
+                    n = len(arg.elts) if isinstance(arg, (ast.List, ast.Tuple)) and not any(
+                        isinstance(e, ast.Starred) for e in arg.elts) else None
+                func.list_op(var, "add", n, guards, value.lineno)
+            return
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "update":
             var = dotted(value.func.value)
             if var and "." not in var and var in func.dicts:
@@ -306,6 +379,7 @@ class _Walker:
                     "scope": scope,
                     "npos": sum(1 for a in n.args if not isinstance(a, ast.Starred)),
                     "star": any(isinstance(a, ast.Starred) for a in n.args),
+                    "starred": [dotted(a.value) for a in n.args if isinstance(a, ast.Starred)],
                     "kw": [k.arg for k in n.keywords if k.arg is not None],
                     "dstar": [dotted(k.value) for k in n.keywords if k.arg is None],
                     "guards": guards,
@@ -316,7 +390,22 @@ class _Walker:
         self.out["names"] = list(self._names)
         # Keep only calls that can reach another module: through an imported name or `self`.
         bound = {i["alias"] for i in self.out["imports"]} | {"self"}
-        self.out["calls"] = [c for c in self.out["calls"] if c["func"].split(".")[0] in bound]
+        self.out["aliases"] = {
+            q: {v: [a for a in al if a["target"].split(".")[0] in bound] for v, al in table.items()}
+            for q, table in self.out["aliases"].items()
+        }
+        self.out["aliases"] = {q: {v: al for v, al in t.items() if al} for q, t in self.out["aliases"].items()}
+        self.out["aliases"] = {q: t for q, t in self.out["aliases"].items() if t}
+        local = {(q, v) for q, t in self.out["aliases"].items() for v in t}
+        starred = {(c["scope"], v) for c in self.out["calls"] for v in c.get("starred", []) if v}
+        self.out["lists"] = {
+            q: {v: ops for v, ops in t.items() if (q, v) in starred} for q, t in self.out["lists"].items()
+        }
+        self.out["lists"] = {q: t for q, t in self.out["lists"].items() if t}
+        self.out["calls"] = [
+            c for c in self.out["calls"]
+            if c["func"].split(".")[0] in bound or (c["scope"], c["func"]) in local
+        ]
         return self.out
 
 

@@ -247,17 +247,19 @@ def _contracts_part(doc: Mapping[str, Any]) -> List[Any]:
     sites = section.get("sites") or []
     for p in section["pairs"]:
         head = f"{p['caller']} {p['caller_version']} -> {p['callee']} {p['callee_version']}: {p['sites']} site(s)"
-        if p.get("breaks"):
-            out.append(_line(f"{head}, {p['breaks']} break", "red"))
-            grouped: Dict[Tuple[str, str], List[str]] = {}
-            for row in sites:
-                if row.get("pair") == p["id"] and row.get("verdict") == "breaks":
-                    grouped.setdefault((row["symbol"], row["reason"]), []).append(row["site"])
-            for (symbol, reason), where in grouped.items():
-                out.append(_line(f"  {symbol}: {reason} (at {', '.join(where)})", "red"))
-        else:
-            more = f", {p['undecided']} undecided (see --format json)" if p.get("undecided") else ", all bind"
-            out.append(_line(head + more, "yellow" if p.get("undecided") else "green"))
+        counts = [f"{p['breaks']} break" if p.get("breaks") else "",
+                  f"{p['conditional']} break on some paths" if p.get("conditional") else "",
+                  f"{p['undecided'] - (p.get('conditional') or 0)} undecided (see --format json)"
+                  if (p.get("undecided") or 0) > (p.get("conditional") or 0) else ""]
+        text = ", ".join(c for c in counts if c) or "all bind"
+        style = "red" if p.get("breaks") else ("yellow" if p.get("undecided") else "green")
+        out.append(_line(f"{head}, {text}" if text != "all bind" else f"{head}, all bind", style))
+        grouped: Dict[Tuple[str, str], List[str]] = {}
+        for row in sites:
+            if row.get("pair") == p["id"] and (row.get("verdict") == "breaks" or row.get("conditional")):
+                grouped.setdefault((row["symbol"], row["reason"]), []).append(row["site"])
+        for (symbol, reason), where in grouped.items():
+            out.append(_line(f"  {symbol}: {reason} (at {', '.join(where)})", style))
     return out
 
 

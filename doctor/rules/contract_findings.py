@@ -2,7 +2,7 @@
 
 The static probe records one row per call site, import and patch (the snapshot's `contracts`
 section, doctor.probe.contracts). Here each pair with sites that break becomes one error
-finding: which symbols, where they are called, why the call does not bind, the callee's
+finding (a warning when they break only on some code paths, `conditional` rows): which symbols, where they are called, why the call does not bind, the callee's
 installed signature, the versions installed, and the fixes: pins to the release pairs the
 pair's YAML lists as binding (established by the same analysis on the released files), the
 nearest first. Sites that the analysis could not decide never become errors.
@@ -61,10 +61,12 @@ def _fixes(pair: Any, caller_version: str, callee_version: str) -> Tuple[Fix, ..
         else:
             newest = _newest_in(pair.caller_dist, good.caller)
             if newest is not None:
+                same = good.callee == callee_version
                 fix = Fix(
-                    description=f"Use {pair.caller_dist} {newest} with {pair.callee_dist} {good.callee}, a pair whose "
-                    f"contract binds ({' '.join(good.evidence.split())})",
-                    pins=(Pin(pair.caller_dist, newest), Pin(pair.callee_dist, good.callee)),
+                    description=f"Use {pair.caller_dist} {newest}"
+                    + ("" if same else f" with {pair.callee_dist} {good.callee}")
+                    + f", a pair whose contract binds ({' '.join(good.evidence.split())})",
+                    pins=(Pin(pair.caller_dist, newest),) + (() if same else (Pin(pair.callee_dist, good.callee),)),
                 )
                 out.append(((50,) + _distance(newest, caller_version), fix))
     out.sort(key=lambda x: x[0])
@@ -130,7 +132,8 @@ def contract_findings(facts: Facts, specs: Any) -> Tuple[Tuple[Finding, ...], Tu
         pid = str(p.get("id"))
         rid = rule_id(pid)
         broken = [r for r in rows if r.get("pair") == pid and r.get("verdict") == "breaks"]
-        if not broken:
+        conditional = [r for r in rows if r.get("pair") == pid and r.get("verdict") == "undecided" and r.get("conditional")]
+        if not broken and not conditional:
             results.append((rid, "passed"))
             continue
         caller, callee = str(p.get("caller")), str(p.get("callee"))
@@ -144,23 +147,33 @@ def contract_findings(facts: Facts, specs: Any) -> Tuple[Tuple[Finding, ...], Tu
             for name, v in ((caller, caller_v), (callee, callee_v))
             if packages.get(_norm(name)) not in (None, v)
         ]
-        title = (
-            f"{caller} {caller_v} calls into {callee} {callee_v} that no longer bind: "
-            + ", ".join(sorted({str(r["symbol"]).rsplit(".", 1)[-1] for r in broken}))
-        )
-        message = (
-            f"Read from the installed code: {caller} {caller_v} calls {callee} {callee_v} in ways its "
-            f"definitions no longer accept, so the first run that reaches these sites fails "
-            f"(TypeError or AttributeError):" + "".join(_symbol_lines(broken))
-        )
+        names = ", ".join(sorted({str(r["symbol"]).rsplit(".", 1)[-1] for r in broken or conditional}))
+        if broken:
+            severity = Severity.ERROR
+            title = f"{caller} {caller_v} calls into {callee} {callee_v} that no longer bind: {names}"
+            message = (
+                f"Read from the installed code: {caller} {caller_v} calls {callee} {callee_v} in ways its "
+                f"definitions no longer accept, so the first run that reaches these sites fails "
+                f"(TypeError or AttributeError):" + "".join(_symbol_lines(broken))
+            )
+            if conditional:
+                message += "\nAlso, on some code paths only:" + "".join(_symbol_lines(conditional))
+        else:
+            severity = Severity.WARNING
+            title = f"{caller} {caller_v} calls into {callee} {callee_v} that fail on some code paths: {names}"
+            message = (
+                f"Read from the installed code: on the code paths named below, {caller} {caller_v} passes "
+                f"{callee} {callee_v} arguments it does not take, so a run that takes them fails "
+                f"(TypeError):" + "".join(_symbol_lines(conditional))
+            )
         sources = tuple(pair.sources) if pair is not None else ()
         if assumed:
             message += f"\nThe analysis read the installed files; with {', '.join(assumed)} assumed it was not re-run."
-            findings.append(Finding(rid, Severity.ERROR, title, message, "not_evaluated", (), sources,
+            findings.append(Finding(rid, severity, title, message, "not_evaluated", (), sources,
                                     (f"contracts.{pid}",), caller))
             results.append((rid, "not_evaluated"))
             continue
         fixes = _fixes(pair, caller_v, callee_v) if pair is not None else ()
-        findings.append(Finding(rid, Severity.ERROR, title, message, "fired", fixes, sources, (), caller))
+        findings.append(Finding(rid, severity, title, message, "fired", fixes, sources, (), caller))
         results.append((rid, "fired"))
     return tuple(findings), tuple(results)

@@ -93,7 +93,7 @@ def test_te_1_11_with_flash_attn_2_6_3_is_an_error_from_the_code(tmp_path: Path,
     assert all("softcap" in s["reason"] for s in broken)
     assert all(s["site"].startswith("transformer_engine/pytorch/attention.py:") for s in broken)
     text = render_probe(doc, color=False, width=240)
-    assert "transformer-engine 1.11.0 -> flash-attn 2.6.3: 16 site(s), 6 break" in text
+    assert "transformer-engine 1.11.0 -> flash-attn 2.6.3: 18 site(s), 6 break, 1 break on some paths" in text
     assert "_flash_attn_varlen_backward: missing required argument 'softcap' (at transformer_engine/pytorch/attention.py:2433" in text
     # the snapshot carries the facts: a CPU CI run of `check --env` sees the same error
     again = parse_snapshot(dump(doc), "snap.json")
@@ -103,7 +103,8 @@ def test_te_1_11_with_flash_attn_2_6_3_is_an_error_from_the_code(tmp_path: Path,
     assert "_flash_attn_varlen_backward" in f.message and "'softcap'" in f.message
     assert "transformer-engine 1.11.0" in f.message and "flash-attn 2.6.3" in f.message
     assert "softcap, alibi_slopes, deterministic" in f.message  # the installed signature
-    assert f.fixes and tuple(map(str, f.fixes[0].pins)) == ("flash-attn==2.5.8",)
+    # fixes: the nearest flash-attn whose contract with TE 1.11 binds, or a TE that binds with 2.6.3
+    assert [tuple(map(str, x.pins)) for x in f.fixes] == [("flash-attn==2.5.6",), ("transformer-engine==2.1.0",)]
     # --assume flash-attn==2.5.8: the analysis read 2.6.3's files, so it cannot say; not a pass either
     assumed = apply_pins(facts_from_snapshot(again), [Pin("flash-attn", "2.5.8")])
     (g,) = [g for g in check(Inputs(facts=assumed, workload=Workload(), catalogue=_catalogue())).findings
@@ -111,20 +112,40 @@ def test_te_1_11_with_flash_attn_2_6_3_is_an_error_from_the_code(tmp_path: Path,
     assert g.status == "not_evaluated" and "flash-attn 2.5.8 assumed" in g.message
 
 
-def test_te_1_11_with_flash_attn_2_5_8_binds_because_block_table_is_version_guarded(tmp_path: Path, cache: Path) -> None:
+def test_te_1_11_with_flash_attn_2_5_8_has_no_contract_error_because_block_table_is_version_guarded(tmp_path: Path, cache: Path) -> None:
     site = tmp_path / "site"
     upstream.install_te(site)
     upstream.install_sdist_package(site, "flash_attn-2.5.8.tar.gz", "flash_attn")
     doc = _probe(site, cache)
     (pair,) = doc["contracts"]["pairs"]
-    assert pair["callee_version"] == "2.5.8" and pair["breaks"] == 0 and pair["undecided"] == 0
+    assert pair["callee_version"] == "2.5.8" and pair["breaks"] == 0
     forward = [s for s in doc["contracts"]["sites"] if s["symbol"].endswith("_flash_attn_varlen_forward") and s["kind"] == "call"]
     assert forward and all(s["verdict"] == "binds" for s in forward)
     # block_table is a required parameter there, which TE passes only behind its 2.5.7+ guard
     source = (site / "flash_attn" / "flash_attn_interface.py").read_text()
     assert re.search(r"def _flash_attn_varlen_forward\([^)]*\bblock_table,?\s*\)", source)
+    # ...but the same 2.5.7+ keywords reach flash_attn_func, which has no block_table, when
+    # FlashAttention runs bshd/sbhd without padding (TransformerEngine issue 1236): a warning
+    (cond,) = [s for s in doc["contracts"]["sites"] if s.get("conditional")]
+    assert cond["symbol"] == "flash_attn.flash_attn_interface.flash_attn_func" and "'block_table'" in cond["reason"]
+    assert "'padding' not in attn_mask_type" in cond["reason"]
     report = _check_without_seed_rule(doc)
-    assert not [f for f in report.findings if f.rule_id.startswith("CONTRACT-")]
+    (f,) = [f for f in report.findings if f.rule_id.startswith("CONTRACT-")]
+    assert f.severity == "warning" and "flash_attn_func" in f.title and "block_table" in f.message
+
+
+def test_te_1_11_with_flash_attn_2_5_6_and_te_2_1_with_2_6_3_bind_everywhere(tmp_path: Path, cache: Path) -> None:
+    """The two known-good pairs the fixes offer, checked by the same analysis: TE 2.1 picks the
+    flash-attn function into a local variable and builds *args per branch, both followed."""
+    for te, fa in (("1.11.0", "2.5.6"), ("2.1.0", "2.6.3")):
+        site = tmp_path / f"site-{te}"
+        upstream.install_te(site, te)
+        upstream.install_sdist_package(site, f"flash_attn-{fa}.tar.gz", "flash_attn")
+        doc = _probe(site, cache)
+        (pair,) = doc["contracts"]["pairs"]
+        assert (pair["caller_version"], pair["callee_version"]) == (te, fa)
+        assert pair["breaks"] == 0 and pair["undecided"] == 0 and pair["sites"] >= 18, pair
+        assert not [f for f in _check_without_seed_rule(doc).findings if f.rule_id.startswith("CONTRACT-")]
 
 
 def test_a_local_flash_attn_build_whose_private_function_gained_a_parameter_is_caught(tmp_path: Path, cache: Path) -> None:

@@ -30,6 +30,8 @@ ARTIFACTS = {
     ("transformer-engine", "transformer_engine-1.11.0-py3-none-any.whl"): "27ffde8fb9d885eb60b74618c857b6676fc16132b433ea7ab68637ad3e2d3668",
     ("flash-attn", "flash_attn-2.6.3.tar.gz"): "5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52",
     ("flash-attn", "flash_attn-2.5.8.tar.gz"): "2e5b2bcff6d5cff40d494af91ecd1eb3c5b4520a6ce7a0a8b1f9c1ed129fb402",
+    ("flash-attn", "flash_attn-2.5.6.tar.gz"): "d25801aa060877cad997939bd7130faf620fdbeda947c3ffde5865906d430c36",
+    ("transformer-engine", "transformer_engine-2.1.0-py3-none-any.whl"): "c3253024f7426d67d9defb14bd395cee6b07ed3d28a5fb959575118dc3b4366e",
     ("transformers", "transformers-4.44.0-py3-none-any.whl"): "ea0ff72def71e9f4812d9414d4803b22681b1617aa6f511bd51cfff2b44a6fca",
     ("transformers", "transformers-4.42.4-py3-none-any.whl"): "6d59061392d0f1da312af29c962df9017ff3c0108c681a56d1bc981004d16d24",
     ("xtuner", "xtuner-0.1.23-py3-none-any.whl"): "fb9398b1ecd3c371d5a8dc8efa19540abfa853fd9c1d585ec25a6bd30820c6d4",
@@ -107,8 +109,8 @@ def install_sdist_package(site: Path, filename: str, package: str, version: str 
     return site / package
 
 
-def install_te(site: Path) -> None:
-    install_wheel(site, "transformer_engine-1.11.0-py3-none-any.whl", ["transformer_engine/pytorch/attention.py"])
+def install_te(site: Path, version: str = "1.11.0") -> None:
+    install_wheel(site, f"transformer_engine-{version}-py3-none-any.whl", ["transformer_engine/pytorch/attention.py"])
 
 
 def install_transformers(site: Path, version: str) -> None:
