@@ -108,10 +108,13 @@ def _contract_findings(facts: Facts) -> Tuple[Tuple[Finding, ...], Tuple[Tuple[s
     """The CONTRACT-* findings from the snapshot's contract analysis (none when it has none)."""
     if not facts.contracts or not facts.contracts.get("pairs"):
         return (), ()
+    import os
+
     from doctor.probe.contract_specs import load_specs
+    from doctor.probe.sources import default_cache_dir
     from doctor.rules.contract_findings import contract_findings
 
-    return contract_findings(facts, load_specs())
+    return contract_findings(facts, load_specs(cache_dir=default_cache_dir(os.environ)))
 
 
 def fail_count(report: Report, fail_on: str, strict: bool) -> int:

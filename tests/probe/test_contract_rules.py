@@ -20,6 +20,12 @@ from doctor.probe.contract_specs import load_file, load_specs
 from doctor.probe.contracts import analyse
 from doctor.snapshot import parse_snapshot
 
+
+@pytest.fixture(autouse=True)
+def _tmp_user_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`check` keeps the validated pairs in the user's cache folder: a temp one here."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+
 CALLEE = '''
 def _fwd(q, k, v, dropout_p, softcap, window_size=(-1, -1), block_table=None):
     pass

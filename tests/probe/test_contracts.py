@@ -33,6 +33,12 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 _TRANSFORMERS: Dict[str, Path] = {}
 
 
+@pytest.fixture(autouse=True)
+def _tmp_user_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`check` keeps the validated pairs in the user's cache folder: a temp one here."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+
+
 @pytest.fixture(scope="module")
 def transformers_tree(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """transformers <version> extracted once per module into its own site folder (read-only use)."""
