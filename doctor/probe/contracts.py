@@ -523,7 +523,7 @@ def _check_call(pair: Pair, rel: str, call: Mapping[str, Any], full: str,
         verdict, reason = bind(sig, {**call, "npos": npos, "star": star}, present, maybe, opaque, bound)
         if verdict == BREAKS and via is not None and via[1] is None:
             verdict = UNDECIDED  # breaks only where the local variable holds this function
-            reason = "breaks when it holds this function: " + reason
+            reason, note = f"breaks when `{via[0]}` holds this function, set when {via[2]}: {reason}", ""
         sites.append(_Site(pair.id, "call", where, t.symbol, verdict, reason + note,
                            render_signature(t.symbol.rsplit(".", 1)[-1], sig), t.where))
     elif t.kind == "missing":
@@ -545,7 +545,7 @@ def _check_patch_call(pair: Pair, rel: str, call: Mapping[str, Any], s: Mapping[
     kind, info = callee.member(cls_t.cls, cls_t.module, member, pair)
     if kind == "missing":
         sites.append(_Site(pair.id, "patch", where, symbol, BREAKS,
-                           f"{cls_name} (patched by {rel}) has no method or attribute '{member}'", defined_at=cls_t.where))
+                           f"{cls_name} no longer has '{member}', which the forward {rel} patches onto it calls", defined_at=cls_t.where))
     elif kind == "undecided":
         sites.append(_Site(pair.id, "patch", where, symbol, UNDECIDED, str(info)))
     elif kind == "attr":

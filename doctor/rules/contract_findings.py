@@ -104,7 +104,9 @@ def _symbol_lines(rows: Sequence[Mapping[str, Any]]) -> List[str]:
     for (symbol, reason), rs in by_symbol.items():
         sites = [str(r["site"]) for r in rs]
         shown = ", ".join(sites[:4]) + (f" and {len(sites) - 4} more" if len(sites) > 4 else "")
-        line = f"\n  - {symbol}: {reason} ({rs[0]['kind']} at {shown})"
+        parts = symbol.split(".")
+        short = ".".join(parts[-2:]) if rs[0]["kind"] == "patch" else f"{parts[-1]} ({'.'.join(parts[:-1])})"
+        line = f"\n  - {short}: {reason} ({rs[0]['kind']} at {shown})"
         sig = rs[0].get("signature")
         if sig:
             at = rs[0].get("defined_at")
