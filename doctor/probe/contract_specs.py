@@ -53,6 +53,7 @@ class Pair:
     patches: Tuple[PatchTable, ...]
     external_bases: Tuple[str, ...]
     external_lacks: Optional[str]  # regex: members the external bases are known not to define
+    lazy_files: Tuple[str, ...]  # caller files imported only on some paths: their missing imports are conditional
     known_good: Tuple[KnownGood, ...]
     sources: Tuple[str, ...]
     path: str
@@ -156,7 +157,7 @@ def _pair(r: _Reader, node: _Node) -> Pair:
     if not _ID.match(pid):
         raise r.fail(m["id"], f"pair id {pid!r}: use lower-case letters, digits and dashes")
     where = f"pair {pid}"
-    caller = r.mapping(m["caller"], f"{where}.caller", ["dist", "files"], [])
+    caller = r.mapping(m["caller"], f"{where}.caller", ["dist", "files"], ["lazy_files"])
     callee = r.mapping(m["callee"], f"{where}.callee", ["dist", "modules"], ["check_imports"])
     helpers: Dict[str, Dict[str, str]] = {}
     if "helpers" in m:
@@ -164,8 +165,8 @@ def _pair(r: _Reader, node: _Node) -> Pair:
         for name, hn in hm.items():
             h = r.mapping(hn, f"{where}.helpers.{name}", ["dist", "op"], ["version"])
             op = r.text(h["op"], "op")
-            if op not in (">=", ">", "<", "<="):
-                raise r.fail(h["op"], f"{where}.helpers.{name}.op: one of >=, >, <, <=")
+            if op not in (">=", ">", "<", "<=", "range"):
+                raise r.fail(h["op"], f"{where}.helpers.{name}.op: one of >=, >, <, <=, range")
             helpers[name] = {"dist": r.text(h["dist"], "dist"), "op": op}
             if "version" in h:
                 helpers[name]["version"] = r.text(h["version"], "version")
@@ -219,6 +220,7 @@ def _pair(r: _Reader, node: _Node) -> Pair:
         patches=tuple(patches),
         external_bases=ext,
         external_lacks=lacks,
+        lazy_files=r.texts(caller["lazy_files"], "lazy_files") if "lazy_files" in caller else (),
         known_good=tuple(good),
         sources=sources,
         path=r.path,
@@ -261,7 +263,7 @@ def _from_json(rows: List[Dict[str, Any]]) -> Specs:
         r = dict(r)
         r["patches"] = tuple(PatchTable(p["file"], tuple(p["names"]), p["classes_root"], p["classes_files"]) for p in r["patches"])
         r["known_good"] = tuple(KnownGood(**k) for k in r["known_good"])
-        for key in ("caller_files", "callee_modules", "check_imports", "external_bases", "sources"):
+        for key in ("caller_files", "callee_modules", "check_imports", "external_bases", "sources", "lazy_files"):
             r[key] = tuple(r[key])
         pairs.append(Pair(**r))
     return Specs(tuple(pairs))

@@ -425,27 +425,36 @@ def _check_module(pair: Pair, rel: str, s: Mapping[str, Any], scan: PackageScan,
                   sites: List[_Site], only_scopes: Optional[Tuple[str, str, Target]] = None) -> None:
     ev, imports = _evaluator(s, scan, callee, pair)
     skip_aliases: Set[str] = set()
-    # imports
+    # imports (checked without the import-guard assumption the calls use)
+    plain = ev.without_assumptions()
+    lazy_file = any(fnmatch.fnmatchcase(rel, g) or rel.endswith("/" + g) for g in pair.lazy_files)
     for imp in s["imports"] if only_scopes is None else ():
         if not callee.owns(imp["module"]) or not _wanted(pair, imp["module"]):
             continue
         where = f"{rel}:{imp['line']}"
-        active = ev.all_true(imp["guards"])
+        active = plain.all_true(imp["guards"])
         if active is False:
             skip_aliases.add(imp["alias"])
             continue
+        symbol = imp["module"] if imp["name"] is None else f"{imp['module']}.{imp['name']}"
         if imp["name"] is None:
-            continue
-        t = callee.lookup(imp["module"], imp["name"])
-        symbol = f"{imp['module']}.{imp['name']}"
-        if t.kind in ("missing",):
+            t = Target("module", symbol) if callee.file(imp["module"])[0] else Target("nofile", symbol)
+        else:
+            t = callee.lookup(imp["module"], imp["name"])
+        if t.kind == "nofile" and callee.file(imp["module"].split(".")[0])[0] is not None and callee.file(imp["module"])[0] is None:
+            t = Target("missing", symbol)  # the callee package is there, this module of it is not
+            what = f"transformers has no module {imp['module']}".replace("transformers", imp["module"].split(".")[0], 1)
+        else:
+            what = f"{imp['module']} has no '{imp['name']}'"
+        if t.kind == "missing":
             if imp["try"]:
-                sites.append(_Site(pair.id, "import", where, symbol, BINDS, "absent, but the import sits in try/except ImportError"))
-            elif active is None:
-                sites.append(_Site(pair.id, "import", where, symbol, UNDECIDED,
-                                   f"absent; imported only when {' and '.join(g['src'] for g in imp['guards'])}"))
+                sites.append(_Site(pair.id, "import", where, symbol, BINDS, f"absent ({what}), but the import sits in try/except ImportError"))
+            elif active is None or imp["scope"] or lazy_file:
+                when = (f"when {' and '.join(('not ' if g['neg'] else '') + g['src'] for g in imp['guards'])}" if active is None
+                        else f"when {imp['scope']}() runs" if imp["scope"] else f"when {rel} is imported (only on some paths)")
+                sites.append(_Site(pair.id, "import", where, symbol, UNDECIDED, f"breaks {when}: {what}"))
             else:
-                sites.append(_Site(pair.id, "import", where, symbol, BREAKS, f"{imp['module']} has no '{imp['name']}'"))
+                sites.append(_Site(pair.id, "import", where, symbol, BREAKS, what))
         elif t.kind in ("lazy", "nofile"):
             sites.append(_Site(pair.id, "import", where, symbol, UNDECIDED,
                                "the module resolves names lazily" if t.kind == "lazy" else "no Python source for the module"))
@@ -465,7 +474,17 @@ def _check_module(pair: Pair, rel: str, s: Mapping[str, Any], scan: PackageScan,
         for full, via in _targets(call, head, rest, imports, skip_aliases, s, ev):
             if not callee.owns(full) or not _wanted(pair, full.rpartition(".")[0] or full):
                 continue
+            n = len(sites)
             _check_call(pair, rel, call, full, via, s, ev, callee, sites)
+            # module-level code that runs only on some machines or when a lazily imported file
+            # is loaded: a certain mismatch there is conditional
+            if len(sites) > n and sites[-1].verdict == BREAKS and not call["scope"]:
+                reach = plain.all_true(call["guards"])
+                if reach is None or lazy_file:
+                    why = (" and ".join(('not ' if g['neg'] else '') + g['src'] for g in call["guards"])
+                           if reach is None else f"{rel} is imported (only on some paths)")
+                    sites[-1].verdict = UNDECIDED
+                    sites[-1].reason = f"breaks when {why}: {sites[-1].reason}"
 
 
 def _targets(call: Mapping[str, Any], head: str, rest: str, imports: Mapping[str, str], skip: Set[str],

@@ -77,7 +77,12 @@ class Evaluator:
         self.assume = frozenset(assume)  # tests known to hold on the path analysed (the callee's import guards)
         self._memo: Dict[str, Any] = {}
         self._path: Mapping[str, bool] = {}  # tests known on the path being analysed (src -> value)
+        self._const_depth = 0
         self._busy: Set[str] = set()
+
+    def without_assumptions(self) -> "Evaluator":
+        return Evaluator(self.imports, self.consts, self.versions, self.modules, self.accepts, self.helpers,
+                         (), self.module_present)
 
     # ------------------------------------------------------------------ public
     def test(self, src: str, path: Optional[Mapping[str, bool]] = None) -> Optional[bool]:
@@ -103,7 +108,9 @@ class Evaluator:
         """The conjunction of a guard chain ({"src", "neg"}): False wins over undecided."""
         result: Optional[bool] = True
         for g in guards:
-            t = True if str(g["src"]) in self.assume else self.test(str(g["src"]), path)
+            # the callee-import assumption applies to module constants only (TE 2.x computes its
+            # version flags under `if _flash_attn_is_installed:`), never to a site's own tests
+            t = True if self._const_depth and str(g["src"]) in self.assume else self.test(str(g["src"]), path)
             if t is not None and g.get("neg"):
                 t = not t
             if t is False:
@@ -143,6 +150,7 @@ class Evaluator:
             return _UNDECIDED
         self._busy.add(name)
         saved, self._path = self._path, {}  # path facts are about the function, not the module
+        self._const_depth += 1
         # Module code runs top to bottom: an assignment that certainly runs replaces what came
         # before; one that may run leaves the value undecided unless both agree.
         out: Any = _UNDECIDED
@@ -159,6 +167,7 @@ class Evaluator:
             elif out is _UNDECIDED or value is _UNDECIDED or value != out:
                 out = _UNDECIDED  # may or may not be replaced, by a different value
         self._busy.discard(name)
+        self._const_depth -= 1
         self._path = saved
         self._memo[name] = out
         return out
@@ -258,6 +267,26 @@ class Evaluator:
             return _UNDECIDED
         full = self._resolve(name)
         short = name.split(".")[-1]
+        if short in self.helpers and self.helpers[short].get("op") == "range":
+            h = self.helpers[short]  # helper(min_version=None, max_version=None): min <= v <= max
+            have = self._dist_version(h["dist"])
+            args = {k.arg: k.value for k in node.keywords if k.arg}
+            bounds = [args.get("min_version", node.args[0] if node.args else None),
+                      args.get("max_version", node.args[1] if len(node.args) > 1 else None)]
+            if have is _UNDECIDED:
+                return _UNDECIDED
+            ok = True
+            for bound, cmp in zip(bounds, (operator.ge, operator.le)):
+                if bound is None:
+                    continue
+                b = self._eval(bound)
+                if b is None:
+                    continue
+                b = _version(b)
+                if b is _UNDECIDED:
+                    return _UNDECIDED
+                ok = ok and cmp(have, b)
+            return ok
         if short in self.helpers:
             h = self.helpers[short]
             want: Any = h.get("version")

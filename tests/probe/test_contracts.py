@@ -285,3 +285,23 @@ def test_transformers_4_44_calls_into_flash_attn(tmp_path: Path, cache: Path, fa
     else:
         assert all(s["verdict"] == "undecided" and "'softcap'" in s["reason"] and "softcap is not None" in s["reason"]
                    for s in calls)
+
+
+def test_verl_0_6_lazy_model_imports_are_warnings_and_its_version_range_guards_are_evaluated(
+    tmp_path: Path, cache: Path, transformers_tree: Any
+) -> None:
+    """verl 0.6.0 with transformers 4.56.1: the Qwen2.5-VL imports behind
+    is_transformers_version_in_range(min_version="4.52.0") bind; the Qwen3-VL ones (a model
+    4.56.1 does not have) sit in a model-type branch or a lazily imported file: a warning."""
+    site = tmp_path / "site"
+    upstream.install_verl(site)
+    tf = transformers_tree("4.56.1")
+    doc = _probe(site, cache, tf)
+    (pair,) = doc["contracts"]["pairs"]
+    assert pair["id"] == "verl-transformers" and pair["breaks"] == 0 and pair["conditional"] >= 6
+    rows = doc["contracts"]["sites"]
+    assert any(r["symbol"].endswith("modeling_qwen2_5_vl.Qwen2_5_VLModel") and r["verdict"] == "binds" for r in rows)
+    qwen3 = [r for r in rows if ".qwen3_vl." in r["symbol"]]
+    assert qwen3 and all(r.get("conditional") for r in qwen3)
+    (f,) = [f for f in _check_without_seed_rule(doc).findings if f.rule_id == "CONTRACT-VERL-TRANSFORMERS"]
+    assert f.severity == "warning" and "qwen3_vl" in f.message
