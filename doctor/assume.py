@@ -45,7 +45,7 @@ def apply_pins(facts: Facts, pins: Iterable[Pin]) -> Facts:
     """Facts as they would be after `pip install PIN ...`. A pinned package is assumed to be
     installed from the prebuilt wheel that matches this torch (the fix planner names it), so
     its import status becomes ok; a torch move assumes the same of torch's compiled extensions."""
-    from doctor.releases import torch_bundle
+    from doctor.releases.catalogue import torch_bundle
 
     packages = dict(facts.packages or {})
     torch, cudnn = facts.torch, facts.cudnn

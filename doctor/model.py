@@ -6,14 +6,14 @@ rules  -> BackendStatus, Finding (with Fix)
 verify -> CaseResult
 report -> Report (everything above, ready for a formatter)
 
-`Facts` is a typed view of the snapshot JSON document (docs/snapshot.md). A section that is
-absent from a snapshot is `None` here and every fact under it is unknown; the reason is kept
-in `Facts.unknown`.
+`Facts` is a typed view of the snapshot JSON document (docs/snapshot.md; built by
+doctor.snapshot.facts_from_snapshot). A section that is absent from a snapshot is `None` here
+and every fact under it is unknown; the reason is kept in `Facts.unknown`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
 from typing import Any, Literal, Mapping, Optional, Tuple
@@ -102,83 +102,6 @@ class Facts:
     source: str = "probe"  # "probe" or the snapshot file it came from
     contracts: Optional[Mapping[str, Any]] = None  # the static contract analysis (doctor.probe.contracts)
 
-    def with_changes(self, **changes: Any) -> "Facts":
-        return replace(self, **changes)
-
-
-def _section(cls: type, data: Any) -> Any:
-    if not isinstance(data, Mapping):
-        return cls()
-    names = {f.name for f in fields(cls)}
-    kwargs = {k: v for k, v in data.items() if k in names}
-    if "arch_list" in kwargs and kwargs["arch_list"] is not None:
-        kwargs["arch_list"] = tuple(kwargs["arch_list"])
-    return cls(**kwargs)
-
-
-def _cuda_from_label(version: str) -> Optional[str]:
-    """'2.4.1+cu121' -> '12.1', '2.9.0+cu130' -> '13.0'; None when the label does not say."""
-    import re
-
-    m = re.search(r"\+cu(\d{2,3})\b", version)
-    return f"{m.group(1)[:-1]}.{m.group(1)[-1]}" if m else None
-
-
-def facts_from_snapshot(doc: Mapping[str, Any], source: str = "probe") -> Facts:
-    """Build Facts from a snapshot document (already checked by doctor.snapshot)."""
-    unknown = dict(doc.get("unknown") or {})
-    for key in ("packages", "gpus", "env"):
-        if key not in doc:
-            unknown.setdefault(key, "not in snapshot")
-    gpus = None
-    if isinstance(doc.get("gpus"), list):
-        gpus = tuple(
-            GpuInfo(
-                index=int(g.get("index", i)),
-                name=str(g.get("name", "unknown GPU")),
-                compute_capability=str(g.get("compute_capability")),
-                memory_mib=g.get("memory_mib"),
-            )
-            for i, g in enumerate(doc["gpus"])
-            if g.get("compute_capability") is not None
-        )
-    imports = {
-        name: ImportStatus(
-            status=str(st.get("status", "error")), error=st.get("error"), cause=st.get("cause"), fix=st.get("fix")
-        )
-        for name, st in (doc.get("imports") or {}).items()
-        if isinstance(st, Mapping)
-    }
-    packages = doc.get("packages")
-    torch = _section(TorchInfo, doc.get("torch"))
-    if "torch" not in doc:
-        # No torch section: the build facts are unknown, except what the version label says.
-        unknown.setdefault("torch", "no torch section in the snapshot")
-        if isinstance(packages, Mapping) and "torch" in packages:
-            version = str(packages["torch"])
-            torch = replace(torch, version=version, cuda=_cuda_from_label(version))
-            if torch.cuda is not None or version.endswith("+cpu"):
-                unknown.pop("torch", None)  # the label says which build it is
-    cudnn = _section(CudnnInfo, doc.get("cudnn"))
-    if cudnn.version is None:
-        cudnn = replace(cudnn, version=cudnn.loaded or torch.cudnn_version or cudnn.installed)
-    env = doc.get("env")
-    return Facts(
-        packages=frozen_map({str(k): str(v) for k, v in packages.items()})
-        if isinstance(packages, Mapping)
-        else None,
-        torch=torch,
-        cuda=_section(CudaInfo, doc.get("cuda")),
-        cudnn=cudnn,
-        gpus=gpus,
-        env=frozen_map({str(k): str(v) for k, v in env.items()}) if isinstance(env, Mapping) else None,
-        imports=MappingProxyType(imports),
-        python=_section(PythonInfo, doc.get("python")),
-        host=doc.get("host"),
-        unknown=MappingProxyType(unknown),
-        source=source,
-        contracts=frozen_map(doc["contracts"]) if isinstance(doc.get("contracts"), Mapping) else None,
-    )
 
 
 # --------------------------------------------------------------------------- workload
@@ -264,6 +187,11 @@ class Workload:
     packing: str = "padded"  # padded | varlen | padding_free
     source: str = "default profile"
     defaulted: Tuple[str, ...] = ()
+
+    @property
+    def shape_given(self) -> bool:
+        """The user said something about the attention shape (else it is the default profile's)."""
+        return any(k not in self.defaulted for k in ("head_dim_qk", "head_dim_v", "num_heads", "num_kv_heads", "seq_len_q", "seq_len_kv"))
 
     # Derived facts, usable in rule conditions as workload.<name>.
     @property
@@ -390,6 +318,7 @@ class Fix:
     cost: Optional[str] = None
     verified: Optional[bool] = None  # True: re-checking with it applied clears the finding
     brings_up: Tuple[str, ...] = ()  # warnings that fire only with it applied (doctor.fix.recheck)
+    planned: bool = False  # the change `attn-doctor fix` plans for this finding
 
     @property
     def checkable(self) -> bool:

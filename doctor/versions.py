@@ -42,6 +42,11 @@ def parse_version(text: str) -> Optional[Version]:
         return Version(m.group(1)) if m else None
 
 
+def version_key(text: str) -> Version:
+    """A sort key for version strings: what parse_version reads, 0 for none at all."""
+    return parse_version(text) or Version("0")
+
+
 def is_version(text: str) -> bool:
     """True for a PEP 440 version, incl. local and NGC forms (2.3.0a0+6ddf5cf.nv24.04)."""
     try:

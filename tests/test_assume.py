@@ -7,7 +7,7 @@ import pytest
 from doctor.assume import apply_env, apply_pins, parse_env_assignment
 from doctor.versions import parse_pin
 from doctor.errors import InputError
-from doctor.model import facts_from_snapshot
+from doctor.snapshot import facts_from_snapshot
 
 BASE = {
     "packages": {"torch": "2.4.1+cu121", "nvidia-cudnn-cu12": "9.1.0.70", "flash-attn": "2.6.3"},

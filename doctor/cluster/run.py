@@ -77,7 +77,7 @@ def default_kernels(
 
     The workload's own shapes on every installed backend (the default profile when None)."""
     from doctor import verify
-    from doctor.model import facts_from_snapshot
+    from doctor.snapshot import facts_from_snapshot
     from doctor.workload import DEFAULT
 
     facts = facts_from_snapshot(snapshot)

@@ -30,7 +30,7 @@ from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequ
 from doctor.fix.recheck import apply_fix, compare
 from doctor.fix.wheels import WheelChoice, choose_wheel, wheel_target
 from doctor.model import Facts, Finding, Fix, Pin, Severity, Workload
-from doctor.releases import ReleaseCatalogue, torch_bundle
+from doctor.releases.catalogue import ReleaseCatalogue, torch_bundle
 from doctor.rules.conditions import Context
 from doctor.rules.evaluate import Diagnosis, diagnose, render
 from doctor.rules.loader import Catalogue, Rule
@@ -245,7 +245,8 @@ class _Planner:
         """Requirements of installed releases (requires, works_with) that `packages` break."""
         out: List[str] = []
         for name, version in packages.items():
-            rel = self._release(name, parse_version(version).public if parse_version(version) else version)
+            parsed = parse_version(version)
+            rel = self._release(name, parsed.public if parsed is not None else version)
             if rel is None:
                 continue
             for other, spec in list(rel.requires.items()) + list(rel.works_with.items()):
@@ -803,7 +804,7 @@ def plan_fixes(
                         config=tuple(alt_ev.merged.config),
                         cost="; ".join(c for c in (planner.pool[i].cost for i in sorted(alt_state)) if c) or None,
                     ),
-                    "pip installs it without complaint",
+                    "; ".join(x for x in ("pip installs it without complaint", compare(planner.before, alt_ev.diagnosis, tuple(planner.targets)).side_effects) if x),
                 )
             )
     alternatives.extend(_alternatives(planner, state))

@@ -43,6 +43,7 @@ def report_dict(report: Report) -> Dict[str, Any]:
                         "cost": x.cost,
                         "verified": x.verified,
                         "brings_up": list(x.brings_up),
+                        "planned": x.planned,
                     }
                     for x in f.fixes
                 ],

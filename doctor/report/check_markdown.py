@@ -39,6 +39,8 @@ def render_check_markdown(report: Report) -> str:
             out.append(f"- kernel: {e}")
         for fix in f.fixes:
             line = f"- **Fix:** {fix.description}"
+            if fix.planned:
+                line += " _(the plan of `attn-doctor fix`)_"
             if fix.verified:
                 line += " _(verified by re-check)_"
             out.append(line)

@@ -52,6 +52,8 @@ def _finding(f: Finding, verbose: bool) -> List[object]:
                 actions.append(f"export {k}={v}")
             actions.extend(fix.config)
             verified = " [green](verified by re-check)[/]" if fix.verified else ""
+            if fix.planned:
+                verified = " [green](the plan of `attn-doctor fix`; verified by re-check)[/]" if fix.verified else " (the plan of `attn-doctor fix`)"
             out.append(Padding(Text.from_markup(f"[bold]{lead}[/] {escape(fix.description)}{verified}"), (0, 0, 0, 4)))
             for a in actions:
                 out.append(f"          {escape(a)}")

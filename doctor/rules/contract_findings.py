@@ -78,11 +78,11 @@ def _newest_in(dist: str, spec: str) -> Optional[str]:
     from packaging.specifiers import SpecifierSet
     from packaging.version import InvalidVersion, Version
 
-    try:
-        from doctor.releases import load_release_catalogue
+    from doctor.releases.catalogue import load_release_catalogue
 
+    try:
         versions = list(load_release_catalogue().versions(dist))
-    except Exception:  # noqa: BLE001 - no catalogue for this package: no caller-side fix
+    except (OSError, ValueError, KeyError):  # an unreadable catalogue: no caller-side fix
         return None
     s = SpecifierSet(spec)
     ok: List[Version] = []

@@ -387,8 +387,9 @@ def _framework_refs(cond: Any) -> Iterable[str]:
 
 
 def _cache_dir() -> Optional[Path]:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "attn-doctor"
+    from doctor.cachedir import default_cache_dir
+
+    return default_cache_dir(os.environ)
 
 
 def _fingerprint(files: Sequence[Path]) -> str:
@@ -456,7 +457,7 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
             if cache_file and cache_file.is_file():
                 return _from_json(json.loads(cache_file.read_text(encoding="utf-8")))
         except (OSError, ValueError, KeyError, TypeError):
-            cache_file = cache_file  # unreadable or stale cache: rebuild below
+            pass  # unreadable or stale cache: rebuilt below and overwritten
     frameworks: List[Framework] = []
     rules: List[Rule] = []
     for f in files:
@@ -471,6 +472,9 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
             tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(_to_json(frameworks, rules)), encoding="utf-8")
             os.replace(tmp, cache_file)
+            from doctor.cachedir import prune
+
+            prune(cache_file.parent, "catalogue-*.json")
         except OSError:
             pass  # a read-only home only costs speed
     return cat

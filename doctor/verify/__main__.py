@@ -24,6 +24,12 @@ class _PartialWriter:
         self.out, self.plan, self.total = out, dict(plan), total
         self.results: List[Dict[str, Any]] = []
 
+    def on_start(self, total: int) -> None:
+        pass
+
+    def on_done(self, run: object) -> None:
+        pass
+
     def on_case(self, result: CaseResult) -> None:
         self.results.append(asdict(result))
         doc = {"schema": "attn-doctor.kernels/1", "partial": True, "plan": self.plan,

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Protocol, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from doctor.model import CaseResult
 
@@ -34,10 +34,27 @@ def worker_path() -> Path:
     return path
 
 
-def _notify(observer: Any, method: str, *args: Any) -> None:
-    fn = getattr(observer, method, None) if observer is not None else None
-    if callable(fn):
-        fn(*args)
+class Observer(Protocol):
+    """Progress of a kernel run, for a UI (doctor/commands/progress.py); library code never prints."""
+
+    def on_start(self, total: int) -> None: ...
+
+    def on_case(self, result: CaseResult) -> None: ...
+
+    def on_done(self, run: KernelRun) -> None: ...
+
+
+class NoObserver:
+    """The default: nobody is watching."""
+
+    def on_start(self, total: int) -> None:
+        pass
+
+    def on_case(self, result: CaseResult) -> None:
+        pass
+
+    def on_done(self, run: KernelRun) -> None:
+        pass
 
 
 def _tail(path: Path, limit: int = 2000) -> str:
@@ -123,12 +140,13 @@ class _Worker:
 
 
 def run_cases(cases: Sequence[CaseSpec], *, python: str = sys.executable,
-              timeout_s: float = DEFAULT_TIMEOUT_S, observer: Any = None,
+              timeout_s: float = DEFAULT_TIMEOUT_S, observer: Optional[Observer] = None,
               env: Optional[Mapping[str, str]] = None, device: str = "auto",
               startup_timeout_s: float = STARTUP_TIMEOUT_S) -> KernelRun:
     """Run the cases in worker processes; restart after a crash or timeout."""
     t0 = time.time()
-    _notify(observer, "on_start", len(cases))
+    watch: Observer = observer if observer is not None else NoObserver()
+    watch.on_start(len(cases))
     pending: List[CaseSpec] = list(cases)
     results: Dict[str, CaseResult] = {}
     details: Dict[str, CaseDetail] = {}
@@ -145,7 +163,7 @@ def run_cases(cases: Sequence[CaseSpec], *, python: str = sys.executable,
                        max_rel_error=max_rel, ms=ms, tflops=tflops)
         results[spec.id] = r
         details[spec.id] = CaseDetail(spec.id, spec.purpose, seconds, checks, tail)
-        _notify(observer, "on_case", r)
+        watch.on_case(r)
 
     with tempfile.TemporaryDirectory(prefix="attn-doctor-") as tmp:
         while pending:
@@ -249,7 +267,7 @@ def run_cases(cases: Sequence[CaseSpec], *, python: str = sys.executable,
     )
     timings, fastest = _timings(run)
     run = replace(run, timings=timings, fastest=fastest)
-    _notify(observer, "on_done", run)
+    watch.on_done(run)
     return run
 
 
