@@ -18,13 +18,13 @@ import pytest
 
 from doctor.app import Inputs, check
 from doctor.assume import apply_pins
-from doctor.model import ContextParallel, Pin, Workload, facts_from_snapshot
+from doctor.model import ContextParallel, Pin, Workload
 from doctor.probe.collect import collect
 from doctor.probe.sources import Sources
 from doctor.report.probe_text import render_probe
 from doctor.resources import rules_dir
 from doctor.rules.loader import load_catalogue
-from doctor.snapshot import dump, parse_snapshot
+from doctor.snapshot import dump, facts_from_snapshot, parse_snapshot
 import upstream
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
