@@ -19,6 +19,7 @@ a fresh process per run, in two environments:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
@@ -33,12 +34,22 @@ from typing import Dict, List, Mapping, Sequence
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _run(argv: Sequence[str], env: Mapping[str, str]) -> float:
+CPU: Dict[str, List[float]] = {}
+
+
+def _run(argv: Sequence[str], env: Mapping[str, str], key: str = "") -> float:
+    """Wall seconds of one run; its CPU seconds (user + system of the child) go to CPU[key]."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     res = subprocess.run(list(argv), env=dict(env), cwd="/tmp", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     dt = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if res.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(argv)} failed ({res.returncode}): {res.stderr.decode()[-400:]}")
+    if key:
+        CPU.setdefault(key, []).append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
     return dt
 
 
@@ -61,6 +72,7 @@ def main() -> None:
     ap.add_argument("--site", type=Path, default=None)
     ap.add_argument("--make-site", type=Path, default=None)
     ap.add_argument("--runs", type=int, default=11)
+    ap.add_argument("--stage-only", action="store_true", help="only the in-process collect() stage (CPU time)")
     args = ap.parse_args()
     site = args.site
     if args.make_site:
@@ -85,50 +97,62 @@ def main() -> None:
     for key, env in envs.items():  # warm-up: bytecode, catalogue and parse caches
         for c in commands.values():
             _run([*exe, *c], env)
-    for _ in range(args.runs):
+    for _ in range(0 if args.stage_only else args.runs):
         for key, env in envs.items():
             for name, c in commands.items():
-                times.setdefault(f"{key}|{name}", []).append(_run([*exe, *c], env))
+                times.setdefault(f"{key}|{name}", []).append(_run([*exe, *c], env, f"{key}|{name}"))
     # the collect() stage alone, in-process (less exposed to other processes' load than wall time)
     stage = (
         "import json, time, doctor.cli, doctor.probe\n"
         "from doctor.probe.sources import Sources\n"
-        "src = Sources.system(); t = time.perf_counter()\n"
+        "src = Sources.system(); t = time.perf_counter(); c = time.process_time()\n"
         "doctor.probe.collect(loaded=False, sources=src)\n"
-        "print(json.dumps(time.perf_counter() - t))\n"
+        "print(json.dumps([time.perf_counter() - t, time.process_time() - c]))\n"
     )
     stages: Dict[str, List[float]] = {}
+    cpu: Dict[str, List[float]] = {}
     for _ in range(args.runs + 1):
         for key, env in envs.items():
             out = subprocess.run([sys.executable, "-c", stage], env=env, cwd="/tmp", capture_output=True, text=True)
-            stages.setdefault(key, []).append(float(out.stdout.strip().splitlines()[-1]))
+            wall_s, cpu_s = json.loads(out.stdout.strip().splitlines()[-1])
+            stages.setdefault(key, []).append(wall_s)
+            cpu.setdefault(key, []).append(cpu_s)
     cold: Dict[str, List[float]] = {}
     if site is not None:
         key = f"+ TE 1.11, flash-attn 2.6.3, transformers 4.44, xtuner 0.1.23|after"
         for _ in range(3):
             shutil.rmtree(xdg / "after" / "attn-doctor" / "contracts", ignore_errors=True)
-            cold.setdefault("probe", []).append(_run([*exe, *commands["probe --format json --static"]], envs[key]))
+            cold.setdefault("probe", []).append(_run([*exe, *commands["probe --format json --static"]], envs[key], "cold"))
 
     print("# contract analysis: cost on the static probe and check\n")
     print(f"{args.runs} runs each, round-robin after a warm-up; {os.cpu_count()} CPU cores; Python {platform.python_version()}.\n")
-    print("| environment | command | before (median ms) | after (median ms) | change |")
-    print("|---|---|---:|---:|---:|")
-    for label in dict.fromkeys(k.split("|")[0] for k in envs):
+    if not args.stage_only:
+        print("Wall time is exposed to other processes on the machine; CPU time (user + system of the")
+        print("command's process) is not, and is the figure to compare when the machine is busy.\n")
+        print("| environment | command | before wall (ms) | after wall (ms) | before CPU (ms) | after CPU (ms) | CPU change |")
+        print("|---|---|---:|---:|---:|---:|---:|")
+    for label in dict.fromkeys(k.split("|")[0] for k in envs) if not args.stage_only else ():
         for name in commands:
             b = statistics.median(times[f"{label}|before|{name}"]) * 1000
             a = statistics.median(times[f"{label}|after|{name}"]) * 1000
-            print(f"| {label} | `{name}` | {b:.0f} | {a:.0f} | {100 * (a - b) / b:+.0f}% |")
-    print("\nThe static probe's `collect()` stage alone (in-process, median of fresh processes):\n")
-    print("| environment | before (ms) | after (ms) | change |")
-    print("|---|---:|---:|---:|")
+            bc = statistics.median(CPU[f"{label}|before|{name}"]) * 1000
+            ac = statistics.median(CPU[f"{label}|after|{name}"]) * 1000
+            print(f"| {label} | `{name}` | {b:.0f} | {a:.0f} | {bc:.0f} | {ac:.0f} | {100 * (ac - bc) / bc:+.0f}% |")
+    print("\nThe static probe's `collect()` stage alone (in-process, median of fresh processes; CPU time is")
+    print("what this process used, so other processes' load does not inflate it):\n")
+    print("| environment | before wall (ms) | after wall (ms) | before CPU (ms) | after CPU (ms) | CPU change |")
+    print("|---|---:|---:|---:|---:|---:|")
     for label in dict.fromkeys(k.split("|")[0] for k in envs):
         b = statistics.median(stages[f"{label}|before"][1:]) * 1000
         a = statistics.median(stages[f"{label}|after"][1:]) * 1000
-        print(f"| {label} | {b:.1f} | {a:.1f} | {a - b:+.1f} ms |")
+        bc = statistics.median(cpu[f"{label}|before"][1:]) * 1000
+        ac = statistics.median(cpu[f"{label}|after"][1:]) * 1000
+        print(f"| {label} | {b:.1f} | {a:.1f} | {bc:.1f} | {ac:.1f} | {ac - bc:+.1f} ms |")
     if cold:
         print(f"\nCold parse cache (first probe after installing those releases; TE's 8,500-line attention.py "
               f"and the transformers modeling files are parsed once): median of 3 = "
-              f"{statistics.median(cold['probe']) * 1000:.0f} ms for `probe --format json --static`.")
+              f"{statistics.median(cold['probe']) * 1000:.0f} ms wall, {statistics.median(CPU['cold']) * 1000:.0f} ms CPU "
+              f"for `probe --format json --static`.")
     shutil.rmtree(xdg, ignore_errors=True)
 
 
