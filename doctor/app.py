@@ -245,7 +245,9 @@ def with_planned_fixes(report: Report, inputs: Inputs, diagnosis: "Diagnosis", r
     from doctor.fix.recheck import recheck
     from doctor.releases.catalogue import load_release_catalogue
 
-    if not any(f.status == "fired" and f.severity in TARGET_SEVERITIES and f.fixes for f in report.findings):
+    # CONTRACT-* findings come from the code, not the catalogue the planner searches over
+    if not any(f.status == "fired" and f.severity in TARGET_SEVERITIES and f.fixes and not f.rule_id.startswith("CONTRACT-")
+               for f in report.findings):
         return report
     plan = plan_fixes(load_release_catalogue(releases), inputs.catalogue, inputs.facts, inputs.workload, diagnosis)
     findings: List[Finding] = []
