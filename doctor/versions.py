@@ -88,12 +88,12 @@ def _clause(v: Version, op: str, target: str) -> bool:
         return v == t
     if op == "!=":
         return v != t
-    if op == "<":
-        return v < t
+    if op == "<":  # PEP 440: <2.6 does not take 2.6's own pre-releases (2.6.0.dev1)
+        return v < t and not (v.is_prerelease and not t.is_prerelease and Version(v.base_version) == Version(t.base_version))
     if op == "<=":
         return v <= t
-    if op == ">":
-        return v > t
+    if op == ">":  # PEP 440: >2.5.8 does not take 2.5.8's post-releases (2.5.8.post1)
+        return v > t and not (v.is_postrelease and not t.is_postrelease and Version(v.base_version) == Version(t.base_version))
     if op == ">=":
         return v >= t
     # ~=X.Y(.Z): >= X.Y(.Z) and == X.*(.Y.*)

@@ -265,7 +265,7 @@ def _features(add: Any, backends: Sequence[str], flex: bool) -> None:
 
 
 # Workload <-> CaseSpec: the one mapping between the user's attention shape and a kernel
-# case's, in both directions (tests/kernels/test_kernels_plan.py checks the round trip).
+# case's, in both directions (tests/verify/test_kernels_plan.py checks the round trip).
 
 
 def case_dims(w: Workload) -> Dict[str, Any]:
