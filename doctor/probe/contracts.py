@@ -357,7 +357,7 @@ class _Site:
     defined_at: Optional[str] = None
 
     def row(self) -> Dict[str, Any]:
-        out = {"pair": self.pair, "kind": self.kind, "site": self.site, "symbol": self.symbol,
+        out: Dict[str, Any] = {"pair": self.pair, "kind": self.kind, "site": self.site, "symbol": self.symbol,
                "verdict": self.verdict, "reason": self.reason}
         if self.verdict == UNDECIDED and self.reason.startswith("breaks when"):
             out["conditional"] = True  # a certain mismatch on the paths the reason names

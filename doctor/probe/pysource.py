@@ -286,7 +286,7 @@ class _Walker:
                     self._dict_assign(t.id, value, guards, func, st.lineno)
                     self._alias(t.id, value, guards, func, st.lineno)
                     literal = isinstance(value, (ast.List, ast.Tuple)) and not any(isinstance(e, ast.Starred) for e in value.elts)
-                    func.list_op(t.id, "set", len(value.elts) if literal else None, guards, st.lineno)  # type: ignore[attr-defined]
+                    func.list_op(t.id, "set", len(value.elts) if literal else None, guards, st.lineno)
             elif isinstance(t, ast.Attribute) and cls is not None:
                 if isinstance(t.value, ast.Name) and t.value.id == "self":
                     cls["attrs"].append(t.attr)
