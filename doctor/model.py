@@ -58,6 +58,9 @@ class CudnnInfo:
     installed: Optional[str] = None  # newest nvidia-cudnn-cuXX wheel or system libcudnn found
     bundled: Optional[str] = None  # what the installed torch wheel pins (Requires-Dist)
     mismatch: Optional[str] = None  # installed vs loaded vs bundled disagree: how
+    # A libcudnn on the system library path (outside the Python wheels) whose version differs
+    # from the effective one (snapshot key cudnn.system, a list); "" when none differs.
+    system: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -353,7 +356,7 @@ class BackendStatus:
     evidence: Tuple[str, ...] = ()  # what kernel cases saw for this backend
 
 
-CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports")
+CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "needs_mask", "gqa_form")
 
 
 @dataclass(frozen=True)
@@ -369,6 +372,10 @@ class CallPath:
     inferred: Tuple[str, ...] = ()
     # does transformers (this release) let model_type load with this attention? None: not known
     model_supports: Optional[bool] = None
+    needs_mask: bool = False  # the call passes an attention-mask tensor (padded batches)
+    # how grouped-query attention reaches the kernel: none | native (the kernel takes fewer kv
+    # heads) | enable_gqa (torch SDPA's flag) | repeat_kv (kv heads copied up first); None: unknown
+    gqa_form: Optional[str] = None
 
     def describe(self, packages: Optional[Mapping[str, str]] = None) -> str:
         """One line: `transformers 4.44.2 (qwen2) -> flash_attention_2 -> flash-attn 2.6.3 varlen; CP: none`."""

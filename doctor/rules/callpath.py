@@ -102,7 +102,10 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
             guess = "te" if any(d.startswith("transformer-engine") for d in packages) else "torch_ring"
         cp_impl = guess
         inferred.append("cp_impl")
+    needs_mask = workload.mask == "arbitrary" or (workload.padding and workload.packing == "padded")
     return CallPath(
+        needs_mask=needs_mask,
+        gqa_form=_gqa_form(workload, framework, library, needs_mask, packages),
         model_supports=_model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None,
         framework=framework,
         attention=attention,
@@ -147,3 +150,23 @@ def _support_table() -> Dict[str, Dict[str, List[str]]]:
         except (OSError, ValueError):
             pass
     return _TABLE
+
+
+def _gqa_form(workload: Workload, framework: Optional[str], library: Optional[str], needs_mask: bool, packages: Mapping[str, str]) -> Optional[str]:
+    """transformers' SDPA path copies kv heads up (repeat_kv) unless it can pass enable_gqa:
+    from 4.54 (integrations/sdpa_attention.py use_gqa_in_sdpa) with torch >= 2.5 and no mask
+    tensor. TE and flash-attn take fewer kv heads natively."""
+    from doctor.versions import version_matches
+
+    if not workload.gqa:
+        return "none"
+    if library in ("transformer-engine", "flash-attn", "flash-attn-3"):
+        return "native"
+    if library == "torch-sdpa" and framework in HF_BASED:
+        tf, torch = packages.get("transformers"), packages.get("torch")
+        if tf is None or torch is None:
+            return None
+        if version_matches(tf, ">=4.54") and version_matches(torch, ">=2.5") and not needs_mask:
+            return "enable_gqa"
+        return "repeat_kv"
+    return None
