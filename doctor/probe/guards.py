@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ast
 import operator
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Set
 
 from packaging.version import InvalidVersion, Version
 
