@@ -243,12 +243,12 @@ def _check_contracts(ck: _Checker, value: Any) -> Optional[Dict[str, Any]]:
     section = ck.mapping(value, ["contracts"])
     if section is None:
         return None
-    for key, fields in (("pairs", CONTRACT_PAIR_TEXT), ("sites", CONTRACT_SITE_TEXT)):
+    for key, names in (("pairs", CONTRACT_PAIR_TEXT), ("sites", CONTRACT_SITE_TEXT)):
         rows = ck.seq(section.get(key), ["contracts", key]) or []
         for i, row in enumerate(rows):
             where: List[Key] = ["contracts", key, i]
             m = ck.mapping(row, where, optional=False) or {}
-            for f in fields:
+            for f in names:
                 if m.get(f) is None:
                     raise ck.fail(where, f"a contract {key[:-1]} needs {f!r}", hint=RECREATE)
                 m[f] = ck.text(m[f], [*where, f], optional=False)
