@@ -35,7 +35,7 @@ _FA_WHEEL = re.compile(
 )
 
 # The recipe file's shape (checked by hand: jsonschema costs ~100 ms of import on every `fix`).
-RECIPE_KEYS = {
+RECIPE_KEYS: Dict[str, type] = {
     "order": int,
     "after": list,
     "extras": list,
@@ -48,7 +48,7 @@ RECIPE_KEYS = {
     "source": str,
     "builds": dict,
 }
-BUILD_KEYS = {"what": str, "distribution": str, "prerequisites": list, "time": str, "source": str}
+BUILD_KEYS: Dict[str, type] = {"what": str, "distribution": str, "prerequisites": list, "time": str, "source": str}
 
 
 def _schema_errors(doc: Any) -> List[Tuple[str, str]]:
@@ -67,7 +67,7 @@ def _schema_errors(doc: Any) -> List[Tuple[str, str]]:
                 out.append((f"{where}/{key}", "unknown key (known: " + ", ".join(RECIPE_KEYS) + ")"))
             elif not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
                 out.append((f"{where}/{key}", f"must be a {kind.__name__}"))
-            elif kind is list and not all(isinstance(x, str) for x in value):
+            elif isinstance(value, list) and not all(isinstance(x, str) for x in value):
                 out.append((f"{where}/{key}", "must be a list of strings"))
         if not isinstance(r.get("order"), int) or r["order"] < 0:
             out.append((f"{where}/order", "required: an integer >= 0"))
