@@ -1,4 +1,4 @@
-"""The commands a plan prints, from data (rules/releases/install.yaml), and a check that each
+"""The commands a plan prints, from data (rules/releases/install.json), and a check that each
 one is valid for the packages' real metadata in the release catalogue.
 
     install_commands(...)   ordered pip commands (torch first, then what builds against it),
@@ -53,8 +53,8 @@ BUILD_KEYS: Dict[str, type] = {"what": str, "distribution": str, "prerequisites"
 
 def _schema_errors(doc: Any) -> List[Tuple[str, str]]:
     """(where, what) for each way `doc` departs from the recipe shape."""
-    if not isinstance(doc, dict) or set(doc) != {"packages"} or not isinstance(doc["packages"], dict):
-        return [("top level", "must be a mapping with exactly one key, packages (a mapping)")]
+    if not isinstance(doc, dict) or not set(doc) <= {"about", "packages"} or not isinstance(doc.get("packages"), dict):
+        return [("top level", "must be an object with `packages` (an object) and an optional `about`")]
     out: List[Tuple[str, str]] = []
     for name, r in doc["packages"].items():
         where = f"packages/{name}"
@@ -100,15 +100,18 @@ class Recipe:
 
 @lru_cache(maxsize=4)
 def recipes(path: Optional[str] = None) -> Mapping[str, Recipe]:
-    """install.yaml, shape-checked (a malformed file is an input error naming it)."""
-    from doctor.yamlio import read_yaml
+    """install.json, shape-checked (a malformed file is an input error naming it)."""
+    import json
 
-    p = Path(path) if path else rules_dir() / "releases" / "install.yaml"
-    doc = read_yaml(p, what="install recipes")
+    p = Path(path) if path else rules_dir() / "releases" / "install.json"
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"install recipes: {exc}", path=str(p), hint="see `about` in rules/releases/install.json") from None
     errors = _schema_errors(doc)
     if errors:
         where, what = errors[0]
-        raise InputError(f"install recipes: {where}: {what}", path=str(p), hint="see the header of rules/releases/install.yaml")
+        raise InputError(f"install recipes: {where}: {what}", path=str(p), hint="see `about` in rules/releases/install.json")
     out: Dict[str, Recipe] = {}
     for name, r in doc["packages"].items():
         out[canonicalize_name(name)] = Recipe(

@@ -707,7 +707,7 @@ def _cuda_major(planner: _Planner, torch_v: Optional[str]) -> Optional[int]:
 
 
 def _steps(planner: _Planner, ev: _Eval, changes: Sequence[Change], wheels: Sequence[WheelChoice], conflicting: Sequence[str]) -> List[Step]:
-    """Install commands from rules/releases/install.yaml (doctor.fix.install), in order, each
+    """Install commands from rules/releases/install.json (doctor.fix.install), in order, each
     with its cost; then env and config changes, notes and the re-check."""
     merged = ev.merged
     steps: List[Step] = []

@@ -211,11 +211,14 @@ def test_recipe_extras_exist_in_the_catalogue() -> None:
 
 
 def test_malformed_recipes_are_an_input_error(tmp_path: Path) -> None:
-    bad = tmp_path / "install.yaml"
-    bad.write_text("packages:\n  torch: {order: -1}\n", encoding="utf-8")
+    bad = tmp_path / "install.json"
+    bad.write_text('{"packages": {"torch": {"order": -1}}}', encoding="utf-8")
     with pytest.raises(InputError) as exc:
         recipes(str(bad))
-    assert "install.yaml" in exc.value.one_line()
+    assert "install.json" in exc.value.one_line() and "packages/torch/order" in exc.value.one_line()
+    bad.write_text('{"packages": {"flash-attn": {"order": 1, "flags": ["--yolo"]}}}', encoding="utf-8")
+    with pytest.raises(InputError):
+        recipes(str(bad))
 
 
 def test_metadata_reads_wheel_metadata_by_range_requests() -> None:
