@@ -1,0 +1,452 @@
+#!/usr/bin/env python3
+"""Derive rules' version boundaries from released artifacts (a developer tool, not shipped).
+
+A rule may carry `evidence:` entries (docs/evidence.md): assertion sets about files inside a
+package's released artifact (the pure wheel, else the sdist, from PyPI). This tool downloads the
+artifacts of every final release into a cache, evaluates each assertion set on each release,
+and writes what it found to `rules/evidence.lock.json`: per entry, the releases where all
+assertions hold and where they do not, and the range derived from them. The offline test
+(tests/rules/test_evidence_lock.py) compares each rule's `range` with the lock.
+
+    python tools/evidence.py                      # evaluate every entry, rewrite the lock
+    python tools/evidence.py --rule TE-NO-BACKEND # only these rules (the rest of the lock is kept)
+    python tools/evidence.py --check              # evaluate and report; write nothing
+    python tools/evidence.py --cache DIR          # default ~/.cache/attn-doctor-evidence or
+                                                  # $ATTN_DOCTOR_EVIDENCE_CACHE
+
+Exit status: 0 when every entry's derived releases equal the rule's `range` (or the rule is
+`confidence: inferred`), 1 when some differ, 2 on bad input or a download failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import concurrent.futures
+import fnmatch
+import hashlib
+import io
+import json
+import os
+import re
+import sys
+import tarfile
+import urllib.parse
+import urllib.request
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from packaging.version import InvalidVersion, Version
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCK = ROOT / "rules" / "evidence.lock.json"
+LOCK_FORMAT = 1
+PYPI_JSON = "https://pypi.org/pypi/{name}/json"
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def version_matches(version: str, spec: str) -> bool:
+    """The catalogue's own matcher, so that the lock and the rules read a specifier alike."""
+    try:
+        from doctor.versions import version_matches as vm  # after the lead's refactor
+    except ImportError:
+        from doctor.rules.conditions import version_matches as vm
+    return bool(vm(version, spec))
+
+
+def _key(v: str) -> Version:
+    return Version(v)
+
+
+def derive_range(scanned: Sequence[str], holds: Iterable[str]) -> str:
+    """A readable specifier for the releases in `holds`, as runs over the ordered `scanned` list:
+    '>=2.6' or '>=1.11,<1.14'; several runs are joined with ' || '; '' when none holds."""
+    order = sorted(scanned, key=_key)
+    hold = set(holds)
+    runs: List[str] = []
+    i = 0
+    while i < len(order):
+        if order[i] not in hold:
+            i += 1
+            continue
+        j = i
+        while j + 1 < len(order) and order[j + 1] in hold:
+            j += 1
+        lo = "" if i == 0 else f">={order[i]}"
+        hi = "" if j == len(order) - 1 else f"<{order[j + 1]}"
+        runs.append(",".join(x for x in (lo, hi) if x) or "*")
+        i = j + 1
+    return " || ".join(runs)
+
+
+def entry_key(entry: Mapping[str, Any]) -> str:
+    """Identifies an evidence entry's content: editing an assertion makes its lock record stale."""
+    canon = json.dumps({k: entry[k] for k in sorted(entry) if k != "note"}, sort_keys=True)
+    return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------- artifacts
+
+
+@dataclass(frozen=True)
+class Artifact:
+    version: str
+    filename: str
+    url: str
+    sha256: str
+
+
+def pick_artifact(files: Sequence[Mapping[str, Any]]) -> Optional[Mapping[str, Any]]:
+    """A pure-Python wheel if there is one (small, the installed layout), else the sdist."""
+    pure = [f for f in files if f["filename"].endswith("-none-any.whl")]
+    sdist = [f for f in files if f.get("packagetype") == "sdist"]
+    for group in (pure, sdist):
+        if group:
+            return sorted(group, key=lambda f: f["filename"])[0]
+    return None
+
+
+def list_releases(package: str, cache: Path, fetch: Callable[[str], bytes]) -> List[Artifact]:
+    """Final releases on PyPI that have an artifact this tool can read, oldest first."""
+    cached = cache / "index" / f"{package}.json"
+    index_url = PYPI_JSON.format(name=package)
+    doc = json.loads(fetch(index_url))
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_text(json.dumps(doc["releases"]), encoding="utf-8")
+    out = []
+    for ver, files in doc["releases"].items():
+        try:
+            v = Version(ver)
+        except InvalidVersion:
+            continue
+        if v.is_prerelease or v.is_devrelease:
+            continue
+        f = pick_artifact(files)
+        if f is not None:
+            url = urllib.parse.urljoin(index_url, f["url"])  # a mirror may answer with relative URLs
+            out.append(Artifact(ver, f["filename"], url, f["digests"]["sha256"]))
+    return sorted(out, key=lambda a: _key(a.version))
+
+
+def _http(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=120) as resp:  # noqa: S310 - https PyPI only
+        return bytes(resp.read())
+
+
+def download(art: Artifact, package: str, cache: Path, fetch: Callable[[str], bytes] = _http) -> Path:
+    """The artifact in the cache, downloaded and its sha256 checked on first use."""
+    dest = cache / "artifacts" / package / art.filename
+    if dest.is_file() and hashlib.sha256(dest.read_bytes()).hexdigest() == art.sha256:
+        return dest
+    data = fetch(art.url)
+    got = hashlib.sha256(data).hexdigest()
+    if got != art.sha256:
+        raise RuntimeError(f"{art.filename}: sha256 {got} != PyPI's {art.sha256}")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(dest.suffix + f".{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, dest)
+    return dest
+
+
+class Files:
+    """The text files inside one wheel or sdist, by their path in the installed layout
+    (an sdist's top folder `name-version/` is dropped)."""
+
+    def __init__(self, path: Path) -> None:
+        self._texts: Dict[str, bytes] = {}
+        name = path.name
+        if name.endswith(".whl") or name.endswith(".zip"):
+            with zipfile.ZipFile(path) as zf:
+                for info in zf.infolist():
+                    if not info.is_dir() and info.file_size < 8_000_000:
+                        self._texts[info.filename] = zf.read(info)
+        else:
+            with tarfile.open(path) as tf:
+                for m in tf.getmembers():
+                    if m.isfile() and m.size < 8_000_000:
+                        parts = m.name.split("/", 1)
+                        inner = parts[1] if len(parts) == 2 else parts[0]
+                        fh = tf.extractfile(m)
+                        if fh is not None:
+                            self._texts[inner] = fh.read()
+
+    def glob(self, pattern: str) -> List[str]:
+        """Paths matching a glob in which `*` also crosses folders."""
+        return sorted(p for p in self._texts if fnmatch.fnmatchcase(p, pattern))
+
+    def text(self, name: str) -> str:
+        return self._texts[name].decode("utf-8", errors="replace")
+
+
+# --------------------------------------------------------------------------- assertions
+
+
+def _functions(tree: ast.AST, name: str) -> List[ast.FunctionDef]:
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]  # type: ignore[misc]
+
+
+def _params(fn: ast.FunctionDef) -> Tuple[List[str], List[str]]:
+    """(all parameter names, the required ones: no default)."""
+    a = fn.args
+    pos = list(a.posonlyargs) + list(a.args)
+    n_def = len(a.defaults)
+    required = [p.arg for p in pos[: len(pos) - n_def]]
+    required += [p.arg for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is None]
+    names = [p.arg for p in pos + list(a.kwonlyargs)]
+    return names, required
+
+
+def _parse(files: Files, name: str, memo: Dict[str, Optional[ast.AST]]) -> Optional[ast.AST]:
+    if name not in memo:
+        try:
+            memo[name] = ast.parse(files.text(name))
+        except (SyntaxError, ValueError):
+            memo[name] = None
+    return memo[name]
+
+
+def check_assertion(a: Mapping[str, Any], files: Files, memo: Dict[str, Optional[ast.AST]]) -> bool:
+    """Whether one assertion holds in one release's artifact. A glob that matches no file
+    makes every assertion false, `absent` included: a missing file is not evidence."""
+    names = files.glob(a["file"])
+    if not names:
+        return False
+    if "regex" in a:
+        rx = re.compile(a["regex"], re.M)
+        return any(rx.search(files.text(n)) for n in names)
+    if "absent" in a:
+        rx = re.compile(a["absent"], re.M)
+        return not any(rx.search(files.text(n)) for n in names)
+    if "literal" in a:
+        return any(a["literal"] in files.text(n) for n in names)
+    trees = [t for t in (_parse(files, n, memo) for n in names if n.endswith(".py")) if t is not None]
+    if "function" in a:
+        defs = [fn for t in trees for fn in _functions(t, a["function"])]
+        if not defs:
+            return False
+        ok = []
+        for fn in defs:
+            params, required = _params(fn)
+            if "required_param" in a:
+                ok.append(a["required_param"] in required)
+            elif "param" in a:
+                ok.append(a["param"] in params)
+            elif "no_param" in a:
+                ok.append(a["no_param"] not in params)
+            else:
+                ok.append(True)
+        return any(ok)
+    if "class" in a:
+        classes = [n for t in trees for n in ast.walk(t) if isinstance(n, ast.ClassDef) and n.name == a["class"]]
+        if not classes:
+            return False
+        methods = [{m.name for m in c.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))} for c in classes]
+        if "method" in a:
+            return any(a["method"] in ms for ms in methods)
+        if "no_method" in a:
+            return all(a["no_method"] not in ms for ms in methods)
+        return True
+    raise ValueError(f"assertion without a test: {a}")
+
+
+# --------------------------------------------------------------------------- catalogue
+
+
+@dataclass
+class Entry:
+    rule: str
+    index: int
+    spec: Mapping[str, Any]
+    inferred: bool
+    path: str
+    line: int
+
+    @property
+    def package(self) -> str:
+        return str(self.spec["package"])
+
+    @property
+    def key(self) -> str:
+        return entry_key(self.spec)
+
+
+def catalogue_entries(rule_ids: Sequence[str] = ()) -> List[Entry]:
+    from doctor.rules.loader import load_catalogue
+
+    cat = load_catalogue(use_cache=False)
+    out = []
+    for r in cat.rules:
+        if rule_ids and r.id not in rule_ids:
+            continue
+        for i, ev in enumerate(r.evidence):
+            out.append(Entry(r.id, i, ev, r.confidence == "inferred", r.path, r.line))
+    return out
+
+
+@dataclass
+class Verdict:
+    """How an entry's claimed range compares with the releases where it holds."""
+
+    ok: bool
+    claimed: List[str]
+    holds: List[str]
+    derived: str
+    problem: str = ""
+
+
+def judge(spec: Mapping[str, Any], record: Mapping[str, Any]) -> Verdict:
+    """Compare an evidence entry with its lock record (pure; the offline test uses this)."""
+    scanned = sorted(set(record["holds"]) | set(record["fails"]), key=_key)
+    holds = sorted(record["holds"], key=_key)
+    claimed = [v for v in scanned if version_matches(v, spec["range"])]
+    derived = derive_range(scanned, holds)
+    if spec.get("within"):
+        missing = [v for v in claimed if v not in record["holds"]]
+        ok = not missing and bool(claimed)
+        problem = f"does not hold on {', '.join(missing)}" if missing else ("" if claimed else "no scanned release in range")
+    else:
+        ok = claimed == holds and bool(holds)
+        extra = [v for v in holds if v not in claimed]
+        missing = [v for v in claimed if v not in record["holds"]]
+        bits = []
+        if extra:
+            bits.append(f"also holds on {', '.join(extra)}")
+        if missing:
+            bits.append(f"does not hold on {', '.join(missing)}")
+        if not holds:
+            bits.append("holds on no scanned release")
+        problem = "; ".join(bits)
+    return Verdict(ok, claimed, holds, derived, problem)
+
+
+# --------------------------------------------------------------------------- run
+
+
+@dataclass
+class Run:
+    cache: Path
+    fetch: Callable[[str], bytes] = _http
+    releases: Dict[str, List[Artifact]] = field(default_factory=dict)
+    failures: List[str] = field(default_factory=list)
+
+    def artifacts(self, package: str) -> List[Artifact]:
+        if package not in self.releases:
+            self.releases[package] = list_releases(package, self.cache, self.fetch)
+        return self.releases[package]
+
+    def fetch_all(self, package: str, arts: Sequence[Artifact]) -> Dict[str, Path]:
+        out: Dict[str, Path] = {}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=6) as pool:
+            futs = {pool.submit(download, a, package, self.cache, self.fetch): a for a in arts}
+            for fut in concurrent.futures.as_completed(futs):
+                a = futs[fut]
+                try:
+                    out[a.version] = fut.result()
+                except Exception as exc:  # noqa: BLE001 - one bad download is reported, not fatal
+                    self.failures.append(f"{package} {a.version}: {exc}")
+        return out
+
+
+def evaluate(entries: Sequence[Entry], run: Run, progress: Callable[[str], None]) -> Dict[str, Any]:
+    """Lock records for `entries`, keyed 'RULE#INDEX'; plus the artifacts read per package."""
+    by_pkg: Dict[str, List[Entry]] = {}
+    for e in entries:
+        by_pkg.setdefault(e.package, []).append(e)
+    records: Dict[str, Any] = {}
+    packages: Dict[str, Any] = {}
+    for package, ents in sorted(by_pkg.items()):
+        arts = run.artifacts(package)
+        wanted = [a for a in arts if any(version_matches(a.version, e.spec.get("scan", ">=0")) for e in ents)]
+        progress(f"{package}: {len(wanted)} releases to read ({len(arts)} on PyPI)")
+        paths = run.fetch_all(package, wanted)
+        results: Dict[str, Dict[str, bool]] = {e.rule + "#" + str(e.index): {} for e in ents}
+        for a in wanted:
+            if a.version not in paths:
+                continue
+            try:
+                files = Files(paths[a.version])
+            except (OSError, tarfile.TarError, zipfile.BadZipFile) as exc:
+                run.failures.append(f"{package} {a.version}: unreadable artifact: {exc}")
+                continue
+            memo: Dict[str, Optional[ast.AST]] = {}
+            for e in ents:
+                if not version_matches(a.version, e.spec.get("scan", ">=0")):
+                    continue
+                ok = all(check_assertion(x, files, memo) for x in e.spec["all"])
+                results[e.rule + "#" + str(e.index)][a.version] = ok
+        packages[package] = {
+            a.version: {"file": a.filename, "sha256": a.sha256} for a in wanted if a.version in paths
+        }
+        for e in ents:
+            res = results[e.rule + "#" + str(e.index)]
+            holds = sorted((v for v, ok in res.items() if ok), key=_key)
+            fails = sorted((v for v, ok in res.items() if not ok), key=_key)
+            rec = {"rule": e.rule, "index": e.index, "package": package, "key": e.key, "range": e.spec["range"], "holds": holds, "fails": fails}
+            rec["derived"] = derive_range(holds + fails, holds)
+            records[f"{e.rule}#{e.index}"] = rec
+    return {"records": records, "packages": packages}
+
+
+def merge_lock(old: Mapping[str, Any], new: Mapping[str, Any], keep: Callable[[str], bool]) -> Dict[str, Any]:
+    records = {k: v for k, v in old.get("records", {}).items() if keep(k)}
+    records.update(new["records"])
+    packages = {k: dict(v) for k, v in old.get("packages", {}).items()}
+    for p, arts in new["packages"].items():
+        packages.setdefault(p, {}).update(arts)
+    return {
+        "format": LOCK_FORMAT,
+        "about": "Written by tools/evidence.py: per evidence entry, the releases where its assertions hold. Do not edit.",
+        "records": dict(sorted(records.items())),
+        "packages": {p: dict(sorted(a.items(), key=lambda kv: _key(kv[0]))) for p, a in sorted(packages.items())},
+    }
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cache", type=Path, default=Path(os.environ.get("ATTN_DOCTOR_EVIDENCE_CACHE", Path.home() / ".cache" / "attn-doctor-evidence")))
+    ap.add_argument("--lock", type=Path, default=LOCK)
+    ap.add_argument("--rule", action="append", default=[], help="only this rule id (repeatable)")
+    ap.add_argument("--package", action="append", default=[], help="only entries about this package (repeatable)")
+    ap.add_argument("--check", action="store_true", help="evaluate and report, do not write the lock")
+    args = ap.parse_args(argv)
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        entries = catalogue_entries(args.rule)
+    except Exception as exc:  # noqa: BLE001 - the catalogue's own one-line error
+        print(f"evidence: {exc}", file=sys.stderr)
+        return 2
+    if args.package:
+        entries = [e for e in entries if e.package in args.package]
+    if not entries:
+        print("evidence: no evidence entries selected", file=sys.stderr)
+        return 2
+    run = Run(args.cache)
+    new = evaluate(entries, run, lambda s: print(s, file=sys.stderr))
+    bad = 0
+    for e in entries:
+        rec = new["records"][f"{e.rule}#{e.index}"]
+        v = judge(e.spec, rec)
+        tag = "ok" if v.ok else ("INFERRED" if e.inferred else "DIFFERS")
+        bad += 0 if v.ok or e.inferred else 1
+        print(f"{tag:8} {e.rule}#{e.index} {e.package} range {e.spec['range']!r} derived {v.derived!r}" + (f"  ({v.problem})" if v.problem else ""))
+    for f in run.failures:
+        print(f"download: {f}", file=sys.stderr)
+    if not args.check:
+        old = json.loads(args.lock.read_text()) if args.lock.is_file() else {}
+        live = {f"{e.rule}#{e.index}" for e in catalogue_entries()}
+        lock = merge_lock(old, new, keep=lambda k: k in live)
+        args.lock.write_text(json.dumps(lock, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+        print(f"wrote {args.lock.relative_to(ROOT) if args.lock.is_relative_to(ROOT) else args.lock}", file=sys.stderr)
+    if run.failures:
+        return 2
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
