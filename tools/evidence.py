@@ -183,6 +183,59 @@ class Files:
         return self._texts[name].decode("utf-8", errors="replace")
 
 
+class GitFiles:
+    """The files of one release tag in a git mirror of the upstream repository (for releases
+    that are not on PyPI, or files a wheel does not ship: C++ sources, CI workflows)."""
+
+    def __init__(self, git_dir: Path, tag: str) -> None:
+        self._git, self._tag = git_dir, tag
+        out = _git(git_dir, "ls-tree", "-r", "--name-only", tag)
+        self._paths = out.decode().splitlines()
+        self._cache: Dict[str, str] = {}
+
+    def glob(self, pattern: str) -> List[str]:
+        return sorted(p for p in self._paths if fnmatch.fnmatchcase(p, pattern))
+
+    def text(self, name: str) -> str:
+        if name not in self._cache:
+            self._cache[name] = _git(self._git, "show", f"{self._tag}:{name}").decode("utf-8", errors="replace")
+        return self._cache[name]
+
+
+def _git(git_dir: Path, *args: str) -> bytes:
+    import subprocess
+
+    return subprocess.run(["git", "--git-dir", str(git_dir), *args], check=True, capture_output=True).stdout
+
+
+def git_releases(git_dir: Path) -> List[Tuple[str, str]]:
+    """(version, tag) for every final release tag `vX.Y[.Z]`, oldest first."""
+    out = []
+    for tag in _git(git_dir, "tag").decode().split():
+        if not tag.startswith("v"):
+            continue
+        try:
+            v = Version(tag[1:])
+        except InvalidVersion:
+            continue
+        if not (v.is_prerelease or v.is_devrelease):
+            out.append((str(tag[1:]), tag))
+    return sorted(out, key=lambda t: _key(t[0]))
+
+
+def mirror_for(repo: str, mirrors: Mapping[str, Path], cache: Path) -> Path:
+    """A git directory holding `repo`'s tags: one given with --mirror, else a bare clone in the cache."""
+    if repo in mirrors:
+        return mirrors[repo]
+    dest = cache / "git" / repo.replace("/", "+")
+    if not dest.is_dir():
+        import subprocess
+
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["git", "clone", "--bare", "--filter=blob:none", f"https://github.com/{repo}.git", str(dest)], check=True)
+    return dest
+
+
 # --------------------------------------------------------------------------- assertions
 
 
@@ -201,7 +254,7 @@ def _params(fn: ast.FunctionDef) -> Tuple[List[str], List[str]]:
     return names, required
 
 
-def _parse(files: Files, name: str, memo: Dict[str, Optional[ast.AST]]) -> Optional[ast.AST]:
+def _parse(files: Any, name: str, memo: Dict[str, Optional[ast.AST]]) -> Optional[ast.AST]:
     if name not in memo:
         try:
             memo[name] = ast.parse(files.text(name))
@@ -210,7 +263,7 @@ def _parse(files: Files, name: str, memo: Dict[str, Optional[ast.AST]]) -> Optio
     return memo[name]
 
 
-def check_assertion(a: Mapping[str, Any], files: Files, memo: Dict[str, Optional[ast.AST]]) -> bool:
+def check_assertion(a: Mapping[str, Any], files: Any, memo: Dict[str, Optional[ast.AST]]) -> bool:
     """Whether one assertion holds in one release's artifact. A glob that matches no file
     makes every assertion false, `absent` included: a missing file is not evidence."""
     names = files.glob(a["file"])
@@ -331,6 +384,7 @@ def judge(spec: Mapping[str, Any], record: Mapping[str, Any]) -> Verdict:
 class Run:
     cache: Path
     fetch: Callable[[str], bytes] = _http
+    mirrors: Dict[str, Path] = field(default_factory=dict)
     releases: Dict[str, List[Artifact]] = field(default_factory=dict)
     failures: List[str] = field(default_factory=list)
 
@@ -355,10 +409,28 @@ class Run:
 def evaluate(entries: Sequence[Entry], run: Run, progress: Callable[[str], None]) -> Dict[str, Any]:
     """Lock records for `entries`, keyed 'RULE#INDEX'; plus the artifacts read per package."""
     by_pkg: Dict[str, List[Entry]] = {}
+    by_repo: Dict[str, List[Entry]] = {}
     for e in entries:
-        by_pkg.setdefault(e.package, []).append(e)
+        if e.spec.get("repo"):
+            by_repo.setdefault(str(e.spec["repo"]), []).append(e)
+        else:
+            by_pkg.setdefault(e.package, []).append(e)
     records: Dict[str, Any] = {}
     packages: Dict[str, Any] = {}
+    for repo, ents in sorted(by_repo.items()):
+        git_dir = mirror_for(repo, run.mirrors, run.cache)
+        tags = [(v, t) for v, t in git_releases(git_dir) if any(version_matches(v, e.spec.get("scan", ">=0")) for e in ents)]
+        progress(f"{repo}: {len(tags)} release tags to read")
+        results = {f"{e.rule}#{e.index}": {} for e in ents}  # type: Dict[str, Dict[str, bool]]
+        for v, tag in tags:
+            files = GitFiles(git_dir, tag)
+            memo: Dict[str, Optional[ast.AST]] = {}
+            for e in ents:
+                if version_matches(v, e.spec.get("scan", ">=0")):
+                    results[f"{e.rule}#{e.index}"][v] = all(check_assertion(x, files, memo) for x in e.spec["all"])
+        packages["github:" + repo] = {v: {"tag": t, "commit": _git(git_dir, "rev-list", "-n1", t).decode().strip()} for v, t in tags}
+        for e in ents:
+            records[f"{e.rule}#{e.index}"] = _record(e, results[f"{e.rule}#{e.index}"], "github:" + repo)
     for package, ents in sorted(by_pkg.items()):
         arts = run.artifacts(package)
         wanted = [a for a in arts if any(version_matches(a.version, e.spec.get("scan", ">=0")) for e in ents)]
@@ -379,17 +451,20 @@ def evaluate(entries: Sequence[Entry], run: Run, progress: Callable[[str], None]
                     continue
                 ok = all(check_assertion(x, files, memo) for x in e.spec["all"])
                 results[e.rule + "#" + str(e.index)][a.version] = ok
-        packages[package] = {
+        packages["pypi:" + package] = {
             a.version: {"file": a.filename, "sha256": a.sha256} for a in wanted if a.version in paths
         }
         for e in ents:
-            res = results[e.rule + "#" + str(e.index)]
-            holds = sorted((v for v, ok in res.items() if ok), key=_key)
-            fails = sorted((v for v, ok in res.items() if not ok), key=_key)
-            rec = {"rule": e.rule, "index": e.index, "package": package, "key": e.key, "range": e.spec["range"], "holds": holds, "fails": fails}
-            rec["derived"] = derive_range(holds + fails, holds)
-            records[f"{e.rule}#{e.index}"] = rec
+            records[f"{e.rule}#{e.index}"] = _record(e, results[e.rule + "#" + str(e.index)], "pypi:" + package)
     return {"records": records, "packages": packages}
+
+
+def _record(e: Entry, res: Mapping[str, bool], source: str) -> Dict[str, Any]:
+    holds = sorted((v for v, ok in res.items() if ok), key=_key)
+    fails = sorted((v for v, ok in res.items() if not ok), key=_key)
+    rec = {"rule": e.rule, "index": e.index, "package": e.package, "source": source, "key": e.key, "range": e.spec["range"], "holds": holds, "fails": fails}
+    rec["derived"] = derive_range(holds + fails, holds)
+    return rec
 
 
 def merge_lock(old: Mapping[str, Any], new: Mapping[str, Any], keep: Callable[[str], bool]) -> Dict[str, Any]:
@@ -406,12 +481,35 @@ def merge_lock(old: Mapping[str, Any], new: Mapping[str, Any], keep: Callable[[s
     }
 
 
+def dump_lock(lock: Mapping[str, Any]) -> str:
+    """JSON with one line per record and per package release, so that a diff shows what moved."""
+    out = ["{"]
+    out.append(f' "format": {json.dumps(lock["format"])},')
+    out.append(f' "about": {json.dumps(lock["about"])},')
+    for name in ("records", "packages"):
+        out.append(f' "{name}": {{')
+        items = list(lock[name].items())
+        for i, (k, v) in enumerate(items):
+            if name == "packages":
+                out.append(f"  {json.dumps(k)}: {{")
+                rels = list(v.items())
+                for j, (ver, info) in enumerate(rels):
+                    out.append(f"   {json.dumps(ver)}: {json.dumps(info, sort_keys=True)}" + ("," if j < len(rels) - 1 else ""))
+                out.append("  }" + ("," if i < len(items) - 1 else ""))
+            else:
+                out.append(f"  {json.dumps(k)}: {json.dumps(v)}" + ("," if i < len(items) - 1 else ""))
+        out.append(" }" + ("," if name == "records" else ""))
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cache", type=Path, default=Path(os.environ.get("ATTN_DOCTOR_EVIDENCE_CACHE", Path.home() / ".cache" / "attn-doctor-evidence")))
     ap.add_argument("--lock", type=Path, default=LOCK)
     ap.add_argument("--rule", action="append", default=[], help="only this rule id (repeatable)")
     ap.add_argument("--package", action="append", default=[], help="only entries about this package (repeatable)")
+    ap.add_argument("--mirror", action="append", default=[], metavar="OWNER/NAME=GITDIR", help="a local git mirror with the release tags (repeatable); else a bare clone in the cache")
     ap.add_argument("--check", action="store_true", help="evaluate and report, do not write the lock")
     args = ap.parse_args(argv)
 
@@ -426,7 +524,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not entries:
         print("evidence: no evidence entries selected", file=sys.stderr)
         return 2
-    run = Run(args.cache)
+    mirrors = {}
+    for m in args.mirror:
+        repo, _, gd = m.partition("=")
+        mirrors[repo] = Path(gd)
+    run = Run(args.cache, mirrors=mirrors)
     new = evaluate(entries, run, lambda s: print(s, file=sys.stderr))
     bad = 0
     for e in entries:
@@ -441,7 +543,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         old = json.loads(args.lock.read_text()) if args.lock.is_file() else {}
         live = {f"{e.rule}#{e.index}" for e in catalogue_entries()}
         lock = merge_lock(old, new, keep=lambda k: k in live)
-        args.lock.write_text(json.dumps(lock, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+        args.lock.write_text(dump_lock(lock), encoding="utf-8")
         print(f"wrote {args.lock.relative_to(ROOT) if args.lock.is_relative_to(ROOT) else args.lock}", file=sys.stderr)
     if run.failures:
         return 2

@@ -138,6 +138,7 @@ EVIDENCE: Dict[str, Any] = {
     "required": ["package", "range", "all"],
     "properties": {
         "package": {"type": "string", "minLength": 1},
+        "repo": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$"},  # read release tags there, not PyPI
         "range": {"type": "string", "minLength": 1},  # releases where all assertions hold
         "scan": {"type": "string", "minLength": 1},  # releases to evaluate (default: every final release)
         "within": {"type": "boolean"},  # true: hold on every release in `range`, may hold outside too
