@@ -28,6 +28,7 @@ import hashlib
 import io
 import json
 import os
+import subprocess
 import re
 import sys
 import tarfile
@@ -203,8 +204,6 @@ class GitFiles:
 
 
 def _git(git_dir: Path, *args: str) -> bytes:
-    import subprocess
-
     return subprocess.run(["git", "--git-dir", str(git_dir), *args], check=True, capture_output=True).stdout
 
 
@@ -229,8 +228,6 @@ def mirror_for(repo: str, mirrors: Mapping[str, Path], cache: Path) -> Path:
         return mirrors[repo]
     dest = cache / "git" / repo.replace("/", "+")
     if not dest.is_dir():
-        import subprocess
-
         dest.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(["git", "clone", "--bare", "--filter=blob:none", f"https://github.com/{repo}.git", str(dest)], check=True)
     return dest
@@ -266,7 +263,8 @@ def _parse(files: Any, name: str, memo: Dict[str, Optional[ast.AST]]) -> Optiona
 def check_assertion(a: Mapping[str, Any], files: Any, memo: Dict[str, Optional[ast.AST]]) -> bool:
     """Whether one assertion holds in one release's artifact. A glob that matches no file
     makes every assertion false, `absent` included: a missing file is not evidence."""
-    names = files.glob(a["file"])
+    globs = [a["file"]] if isinstance(a["file"], str) else list(a["file"])
+    names = sorted({n for g in globs for n in files.glob(g)})
     if not names:
         return False
     if "regex" in a:
@@ -418,7 +416,11 @@ def evaluate(entries: Sequence[Entry], run: Run, progress: Callable[[str], None]
     records: Dict[str, Any] = {}
     packages: Dict[str, Any] = {}
     for repo, ents in sorted(by_repo.items()):
-        git_dir = mirror_for(repo, run.mirrors, run.cache)
+        try:
+            git_dir = mirror_for(repo, run.mirrors, run.cache)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            run.failures.append(f"github:{repo}: no release tags ({exc}); pass --mirror {repo}=GITDIR")
+            continue
         tags = [(v, t) for v, t in git_releases(git_dir) if any(version_matches(v, e.spec.get("scan", ">=0")) for e in ents)]
         progress(f"{repo}: {len(tags)} release tags to read")
         results = {f"{e.rule}#{e.index}": {} for e in ents}  # type: Dict[str, Dict[str, bool]]
@@ -532,7 +534,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     new = evaluate(entries, run, lambda s: print(s, file=sys.stderr))
     bad = 0
     for e in entries:
-        rec = new["records"][f"{e.rule}#{e.index}"]
+        rec = new["records"].get(f"{e.rule}#{e.index}")
+        if rec is None:
+            print(f"SKIPPED  {e.rule}#{e.index} {e.package}: its releases could not be read")
+            continue
         v = judge(e.spec, rec)
         tag = "ok" if v.ok else ("INFERRED" if e.inferred else "DIFFERS")
         bad += 0 if v.ok or e.inferred else 1
@@ -542,7 +547,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.check:
         old = json.loads(args.lock.read_text()) if args.lock.is_file() else {}
         live = {f"{e.rule}#{e.index}" for e in catalogue_entries()}
-        lock = merge_lock(old, new, keep=lambda k: k in live)
+        lock = merge_lock(old, new, keep=lambda k: k in live)  # records not re-derived this run are kept
         args.lock.write_text(dump_lock(lock), encoding="utf-8")
         print(f"wrote {args.lock.relative_to(ROOT) if args.lock.is_relative_to(ROOT) else args.lock}", file=sys.stderr)
     if run.failures:

@@ -111,7 +111,13 @@ ASSERTION: Dict[str, Any] = {
     "type": "object",
     "required": ["file"],
     "properties": {
-        "file": {"type": "string", "minLength": 1},  # a glob inside the artifact, e.g. flash_attn/*.py
+        # a glob inside the artifact (`*` crosses folders), or a list of them
+        "file": {
+            "oneOf": [
+                {"type": "string", "minLength": 1},
+                {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+            ]
+        },
         "regex": {"type": "string", "minLength": 1},
         "absent": {"type": "string", "minLength": 1},
         "literal": {"type": "string", "minLength": 1},
