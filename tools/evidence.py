@@ -49,11 +49,16 @@ PYPI_JSON = "https://pypi.org/pypi/{name}/json"
 
 # --------------------------------------------------------------------------- versions
 
+sys.path.insert(0, str(ROOT))
+from doctor.rules.evidence import Verdict, derive_range, entry_key, judge  # noqa: E402
+
+__all__ = ["Verdict", "derive_range", "entry_key", "judge", "main"]
+
 
 def version_matches(version: str, spec: str) -> bool:
     """The catalogue's own matcher, so that the lock and the rules read a specifier alike."""
     try:
-        from doctor.versions import version_matches as vm  # after the lead's refactor
+        from doctor.versions import version_matches as vm  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         from doctor.rules.conditions import version_matches as vm
     return bool(vm(version, spec))
@@ -61,33 +66,6 @@ def version_matches(version: str, spec: str) -> bool:
 
 def _key(v: str) -> Version:
     return Version(v)
-
-
-def derive_range(scanned: Sequence[str], holds: Iterable[str]) -> str:
-    """A readable specifier for the releases in `holds`, as runs over the ordered `scanned` list:
-    '>=2.6' or '>=1.11,<1.14'; several runs are joined with ' || '; '' when none holds."""
-    order = sorted(scanned, key=_key)
-    hold = set(holds)
-    runs: List[str] = []
-    i = 0
-    while i < len(order):
-        if order[i] not in hold:
-            i += 1
-            continue
-        j = i
-        while j + 1 < len(order) and order[j + 1] in hold:
-            j += 1
-        lo = "" if i == 0 else f">={order[i]}"
-        hi = "" if j == len(order) - 1 else f"<{order[j + 1]}"
-        runs.append(",".join(x for x in (lo, hi) if x) or "*")
-        i = j + 1
-    return " || ".join(runs)
-
-
-def entry_key(entry: Mapping[str, Any]) -> str:
-    """Identifies an evidence entry's content: editing an assertion makes its lock record stale."""
-    canon = json.dumps({k: entry[k] for k in sorted(entry) if k != "note"}, sort_keys=True)
-    return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
 # --------------------------------------------------------------------------- artifacts
@@ -339,42 +317,6 @@ def catalogue_entries(rule_ids: Sequence[str] = ()) -> List[Entry]:
     return out
 
 
-@dataclass
-class Verdict:
-    """How an entry's claimed range compares with the releases where it holds."""
-
-    ok: bool
-    claimed: List[str]
-    holds: List[str]
-    derived: str
-    problem: str = ""
-
-
-def judge(spec: Mapping[str, Any], record: Mapping[str, Any]) -> Verdict:
-    """Compare an evidence entry with its lock record (pure; the offline test uses this)."""
-    scanned = sorted(set(record["holds"]) | set(record["fails"]), key=_key)
-    holds = sorted(record["holds"], key=_key)
-    claimed = [v for v in scanned if version_matches(v, spec["range"])]
-    derived = derive_range(scanned, holds)
-    if spec.get("within"):
-        missing = [v for v in claimed if v not in record["holds"]]
-        ok = not missing and bool(claimed)
-        problem = f"does not hold on {', '.join(missing)}" if missing else ("" if claimed else "no scanned release in range")
-    else:
-        ok = claimed == holds and bool(holds)
-        extra = [v for v in holds if v not in claimed]
-        missing = [v for v in claimed if v not in record["holds"]]
-        bits = []
-        if extra:
-            bits.append(f"also holds on {', '.join(extra)}")
-        if missing:
-            bits.append(f"does not hold on {', '.join(missing)}")
-        if not holds:
-            bits.append("holds on no scanned release")
-        problem = "; ".join(bits)
-    return Verdict(ok, claimed, holds, derived, problem)
-
-
 # --------------------------------------------------------------------------- run
 
 
@@ -515,7 +457,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--check", action="store_true", help="evaluate and report, do not write the lock")
     args = ap.parse_args(argv)
 
-    sys.path.insert(0, str(ROOT))
     try:
         entries = catalogue_entries(args.rule)
     except Exception as exc:  # noqa: BLE001 - the catalogue's own one-line error

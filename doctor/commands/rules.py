@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import typer
 
@@ -75,9 +75,31 @@ def show_rule(
         out.append("kernel cases: " + ", ".join(r.kernels))
     out.append("sources:")
     out.extend(f"  {s}" for s in r.sources)
+    out.extend(_confidence_lines(r))
     out.append(f"tests: {len(r.tests['fires'])} firing case(s), {len(r.tests['passes'])} passing case(s)")
     emit("\n".join(out))
     return 0
+
+
+def _confidence_lines(r: Any) -> List[str]:
+    """How the rule's version ranges stand against released artifacts (rules/evidence.lock.json)."""
+    from doctor.rules.evidence import load_lock, standing, version_bounded
+
+    st = standing(r, load_lock(), version_bounded(r.when))
+    if st.level is None:
+        return []
+    what = {
+        "derived": "derived from released artifacts",
+        "inferred": "inferred (not derived from released artifacts)",
+        "differs": "CONTRADICTED by released artifacts",
+        "stale": "evidence not evaluated yet",
+        "unverified": "unverified (no evidence on released artifacts)",
+    }[st.level]
+    out = [f"version ranges: {what}"]
+    if r.confidence_note:
+        out.append("  why: " + " ".join(r.confidence_note.split()))
+    out.extend(f"  {line}" for line in st.lines)
+    return out
 
 
 @rules_app.command("lint")
@@ -108,7 +130,26 @@ def lint_rules(
                 checked += 1
                 if got != want:
                     failures.append(f"{r.path}:{r.line}: rule {r.id}: {kind}[{i}] expected {want}, got {got}")
+    from doctor.rules.evidence import load_lock, standing, version_bounded
+
+    lock = load_lock()
+    levels: Dict[str, List[str]] = {}
+    for r in cat.rules:
+        if own and not any(r.path.startswith(str(Path(p))) or r.path == p for p in own):
+            continue
+        st = standing(r, lock, version_bounded(r.when))
+        if st.level:
+            levels.setdefault(st.level, []).append(r.id)
+    for r_id in levels.get("differs", []):
+        failures.append(f"rule {r_id}: its version range is contradicted by released artifacts (see `rules show {r_id}`)")
     for f in failures:
         emit(f)
     emit(f"{checked} rule test cases, {len(failures)} failed")
+    if levels:
+        emit(
+            "version ranges: "
+            + ", ".join(f"{len(levels.get(k, []))} {k}" for k in ("derived", "inferred", "unverified", "stale", "differs") if levels.get(k))
+        )
+        for r_id in levels.get("inferred", []):
+            emit(f"  inferred: {r_id}")
     return int(ExitCode.FINDINGS if failures else ExitCode.OK)

@@ -8,34 +8,15 @@ a rule whose range the artifacts contradict must say so with `confidence: inferr
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import sys
-from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
 
+from doctor.rules import evidence as tool
 from doctor.rules.loader import Catalogue, load_catalogue
 
-ROOT = Path(__file__).resolve().parents[2]
-TOOL = ROOT / "tools" / "evidence.py"
-LOCK = ROOT / "rules" / "evidence.lock.json"
-
-pytestmark = pytest.mark.skipif(not TOOL.is_file(), reason="tools/ is not part of an installed package")
-
-
-def _tool() -> Any:
-    spec = importlib.util.spec_from_file_location("attn_doctor_evidence_tool", TOOL)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 CAT: Catalogue = load_catalogue(use_cache=False)
-LOCKED: Dict[str, Any] = json.loads(LOCK.read_text(encoding="utf-8")) if LOCK.is_file() else {"records": {}}
+LOCKED: Dict[str, Any] = tool.load_lock()
 
 
 def _entries() -> List[Any]:
@@ -48,7 +29,6 @@ def _entries() -> List[Any]:
 
 @pytest.mark.parametrize("rule,index,entry", _entries())
 def test_rule_range_matches_released_artifacts(rule: Any, index: int, entry: Any) -> None:
-    tool = _tool()
     rec = LOCKED["records"].get(f"{rule.id}#{index}")
     where = f"{rule.path}:{rule.line} {rule.id} evidence[{index}]"
     rerun = f"run: python tools/evidence.py --rule {rule.id}"
@@ -78,7 +58,6 @@ def test_lock_records_name_the_artifacts_they_read() -> None:
 
 
 def test_derive_range_reads_runs_of_releases() -> None:
-    tool = _tool()
     scanned = ["1.9", "1.10", "1.11", "1.12", "1.13", "2.0", "2.1"]
     assert tool.derive_range(scanned, ["1.11", "1.12", "1.13"]) == ">=1.11,<2.0"
     assert tool.derive_range(scanned, ["1.9", "1.10"]) == "<1.11"
@@ -89,7 +68,6 @@ def test_derive_range_reads_runs_of_releases() -> None:
 
 def test_judge_flags_a_range_that_starts_too_late() -> None:
     """The audit's example: a floor that exists from 5.1 but a rule that starts at 5.4."""
-    tool = _tool()
     rec = {"holds": ["5.1.0", "5.2.0", "5.3.0", "5.4.0"], "fails": ["4.57.6", "5.0.0"]}
     late = tool.judge({"package": "transformers", "range": ">=5.4", "all": []}, rec)
     assert not late.ok and "5.1.0" in late.problem and late.derived == ">=5.1.0"
