@@ -1,0 +1,27 @@
+"""Draw the second audit sample: 30 rule ids from the catalogue, uniformly, with a fixed seed.
+
+    PYTHONPATH=. python docs/audit/draw_sample.py        # prints one id per line
+
+The ids are sorted before sampling so that the draw depends only on the catalogue's ids and the
+seed, not on file order. The catalogue drawn from is the one at the commit that added this
+script (see sample-2.md).
+"""
+
+from __future__ import annotations
+
+import random
+
+from doctor.rules.loader import load_catalogue
+
+SEED = 20261122_2
+SIZE = 30
+
+
+def draw() -> list:
+    ids = sorted(r.id for r in load_catalogue(use_cache=False).rules)
+    return random.Random(SEED).sample(ids, SIZE)
+
+
+if __name__ == "__main__":
+    for rule_id in draw():
+        print(rule_id)
