@@ -57,10 +57,8 @@ __all__ = ["Verdict", "derive_range", "entry_key", "judge", "main"]
 
 def version_matches(version: str, spec: str) -> bool:
     """The catalogue's own matcher, so that the lock and the rules read a specifier alike."""
-    try:
-        from doctor.versions import version_matches as vm  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        from doctor.rules.conditions import version_matches as vm
+    from doctor.versions import version_matches as vm
+
     return bool(vm(version, spec))
 
 

@@ -69,7 +69,7 @@ def show_rule(
     if r.fixes:
         out.append("fixes:")
         for f in r.fixes:
-            acts = list(f.pins) + [f"{k}={v}" for k, v in f.env.items()] + list(f.config)
+            acts = [str(p) for p in f.pins] + [f"{k}={v}" for k, v in f.env.items()] + list(f.config)
             out.append(f"  - {f.description}" + (f"  [{'; '.join(acts)}]" if acts else ""))
     if r.kernels:
         out.append("kernel cases: " + ", ".join(r.kernels))
@@ -102,54 +102,45 @@ def _confidence_lines(r: Any) -> List[str]:
     return out
 
 
+def _evidence_levels(paths: List[Path]) -> Dict[str, List[str]]:
+    """Rule ids by how their version ranges stand against rules/evidence.lock.json."""
+    from doctor.resources import rules_dir
+    from doctor.rules.evidence import load_lock, standing, version_bounded
+    from doctor.rules.loader import load_catalogue
+
+    builtin = rules_dir().resolve()
+    extra = [p for p in paths if builtin not in (Path(p).resolve(), *Path(p).resolve().parents)]
+    own = [Path(p).resolve() for p in paths]
+    lock = load_lock()
+    levels: Dict[str, List[str]] = {}
+    for r in load_catalogue(extra, builtin=True).rules:
+        where = Path(r.path).resolve()
+        if own and not any(where == p or p in where.parents for p in own):
+            continue
+        st = standing(r, lock, version_bounded(r.when))
+        if st.level:
+            levels.setdefault(st.level, []).append(r.id)
+    return levels
+
+
 @rules_app.command("lint")
 def lint_rules(
     paths: Optional[List[Path]] = typer.Argument(None, help="Rule files or folders (default: the built-in catalogue)."),
 ) -> int:
     """Validate rule files: schema, fact names, specifiers, pins, and each rule's own test cases."""
-    from doctor.rules.cases import case_inputs
-    from doctor.rules.evaluate import diagnose
-    from doctor.rules.loader import load_catalogue
+    from doctor import app as core
 
-    from doctor.resources import rules_dir
-
-    builtin = rules_dir().resolve()
-    extra = [p for p in (paths or []) if builtin not in (Path(p).resolve(), *Path(p).resolve().parents)]
-    cat = load_catalogue(extra, builtin=True, use_cache=False)
-    own = {str(p) for p in (paths or [])}
-    failures = []
-    checked = 0
-    for r in cat.rules:
-        if own and not any(r.path.startswith(str(Path(p))) or r.path == p for p in own):
-            continue
-        for kind in ("fires", "passes"):
-            for i, case in enumerate(r.tests[kind]):
-                facts, wl = case_inputs(case)
-                got = diagnose(cat, facts, wl).result(r.id).status
-                want = "fired" if kind == "fires" else "passed"
-                checked += 1
-                if got != want:
-                    failures.append(f"{r.path}:{r.line}: rule {r.id}: {kind}[{i}] expected {want}, got {got}")
-    from doctor.rules.evidence import load_lock, standing, version_bounded
-
-    lock = load_lock()
-    levels: Dict[str, List[str]] = {}
-    for r in cat.rules:
-        if own and not any(r.path.startswith(str(Path(p))) or r.path == p for p in own):
-            continue
-        st = standing(r, lock, version_bounded(r.when))
-        if st.level:
-            levels.setdefault(st.level, []).append(r.id)
-    for r_id in levels.get("differs", []):
-        failures.append(f"rule {r_id}: its version range is contradicted by released artifacts (see `rules show {r_id}`)")
+    failures, checked = core.lint_rules(list(paths or []))
+    levels = _evidence_levels(list(paths or []))
     for f in failures:
-        emit(f)
-    emit(f"{checked} rule test cases, {len(failures)} failed")
+        emit(f.describe())
+    for r_id in levels.get("differs", []):
+        emit(f"rule {r_id}: its version range is contradicted by released artifacts (see `attn-doctor rules show {r_id}`)")
     if levels:
         emit(
             "version ranges: "
             + ", ".join(f"{len(levels.get(k, []))} {k}" for k in ("derived", "inferred", "unverified", "stale", "differs") if levels.get(k))
+            + " (attn-doctor rules show ID says why)"
         )
-        for r_id in levels.get("inferred", []):
-            emit(f"  inferred: {r_id}")
-    return int(ExitCode.FINDINGS if failures else ExitCode.OK)
+    emit(f"{checked} rule test cases, {len(failures)} failed")
+    return int(ExitCode.FINDINGS if failures or levels.get("differs") else ExitCode.OK)

@@ -20,6 +20,11 @@ def report_dict(report: Report) -> Dict[str, Any]:
         "facts_source": report.facts.source,
         "assumed": list(report.assumed),
         "workload": {**workload, "defaulted": list(w.defaulted), "description": describe_workload(w)},
+        "call_path": (
+            {**asdict(report.call_path), "inferred": list(report.call_path.inferred), "description": report.call_path.describe(report.facts.packages)}
+            if report.call_path
+            else None
+        ),
         "summary": {
             **counts(report),
             "areas": [asdict(a) for a in area_lines(report)],
@@ -35,12 +40,15 @@ def report_dict(report: Report) -> Dict[str, Any]:
                 "area": f.area,
                 "fixes": [
                     {
-                        "pins": list(x.pins),
+                        "pins": [str(p) for p in x.pins],
                         "env": dict(x.env),
+                        "workload": dict(x.workload),
                         "config": list(x.config),
                         "description": x.description,
                         "cost": x.cost,
                         "verified": x.verified,
+                        "brings_up": list(x.brings_up),
+                        "planned": x.planned,
                     }
                     for x in f.fixes
                 ],

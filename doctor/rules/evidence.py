@@ -25,10 +25,8 @@ def _key(v: str) -> Version:
 
 
 def _matches(version: str, spec: str) -> bool:
-    try:
-        from doctor.versions import version_matches  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        from doctor.rules.conditions import version_matches
+    from doctor.versions import version_matches
+
     return bool(version_matches(version, spec))
 
 

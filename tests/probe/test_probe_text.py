@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
 
 from doctor.report.probe_text import render_probe
 from doctor.snapshot import load_snapshot
@@ -39,19 +38,6 @@ def test_a_reader_sees_the_problems() -> None:
 def test_no_ansi_without_colour_and_ansi_with_it() -> None:
     assert "\x1b[" not in render_probe(_doc(), color=False, width=100)
     assert "\x1b[" in render_probe(_doc(), color=True, width=100)
-
-
-def test_colour_follows_the_terminal_and_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sys
-
-    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
-    monkeypatch.delenv("NO_COLOR", raising=False)
-    assert "\x1b[" in render_probe(_doc(), width=100)
-    monkeypatch.setenv("NO_COLOR", "1")
-    assert "\x1b[" not in render_probe(_doc(), width=100)
-    monkeypatch.delenv("NO_COLOR")
-    monkeypatch.setattr(sys.stdout, "isatty", lambda: False, raising=False)
-    assert "\x1b[" not in render_probe(_doc(), width=100)
 
 
 def test_respects_width() -> None:

@@ -129,7 +129,7 @@ class ReleaseCatalogue:
 
     def python_ok(self, name: str, version: str, python: Optional[str]) -> bool:
         """Can this version be installed on this Python? True when either is unknown."""
-        from doctor.rules.conditions import version_matches
+        from doctor.versions import version_matches
 
         if not python:
             return True
@@ -178,7 +178,7 @@ def _bundle(row: Mapping[str, Any]) -> TorchBundle:
 def torch_bundle(version: str) -> Optional[TorchBundle]:
     """The bundle of the default PyPI wheel of this torch release (local label ignored;
     an x.y.z that is not in the table falls back to the newest patch of x.y listed)."""
-    from doctor.rules.conditions import parse_version
+    from doctor.versions import parse_version
 
     v = parse_version(version)
     if v is None:
@@ -194,7 +194,7 @@ def torch_bundle(version: str) -> Optional[TorchBundle]:
 
 @lru_cache(maxsize=8)
 def _catalogue(directory: Optional[str]) -> ReleaseCatalogue:
-    from doctor.rules.conditions import parse_version
+    from doctor.versions import version_key
 
     packages: Dict[str, PackageReleases] = {}
     dates: List[str] = []
@@ -215,7 +215,7 @@ def _catalogue(directory: Optional[str]) -> ReleaseCatalogue:
                 )
                 for r in rows
             ),
-            key=lambda r: parse_version(r.version) or parse_version("0"),
+            key=lambda r: version_key(r.version),
         )
         packages[name] = PackageReleases(
             name=name, releases=tuple(rels), source=str(doc.get("source", "")), retrieved=str(doc.get("retrieved", ""))

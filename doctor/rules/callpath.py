@@ -1,0 +1,113 @@
+"""Who runs attention: the call path from the training framework to the kernel library.
+
+    framework   who dispatches attention (transformers, megatron, torchtitan, xtuner, ...)
+    attention   the framework's own choice (transformers' attn_implementation: sdpa,
+                flash_attention_2, ...), when it has one
+    library     the kernel library that runs: torch-sdpa, flash-attn, flash-attn-3,
+                transformer-engine, flex, eager
+    cp_impl     whose context/sequence parallelism splits the sequence: none, te, torch_ring,
+                ulysses, ring_flash_attn
+    packing     padded (with a mask), varlen (cu_seqlens kernels), padding_free
+
+A field the workload states (`framework:`, `context_parallel.impl`, `packing:`,
+`attn_implementation:`) is taken as given; the others are inferred from what is installed and
+listed in `inferred`, so every output can say which parts are a guess. Rule conditions read
+them as `path.<field>` (e.g. a TransformerEngine context-parallel rule needs `path.cp_impl: te`).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional, Tuple
+
+from doctor.model import CALL_PATH_FIELDS as FIELDS
+from doctor.model import CallPath, Facts, Workload
+
+# Installed distributions that dispatch attention themselves, most specific first: when
+# LLaMA-Factory is installed, its trainer (on top of transformers) is what runs.
+FRAMEWORK_DISTS: Tuple[Tuple[str, str], ...] = (
+    ("llamafactory", "llamafactory"),
+    ("axolotl", "axolotl"),
+    ("xtuner", "xtuner"),
+    ("verl", "verl"),
+    ("ms-swift", "ms-swift"),
+    ("unsloth", "unsloth"),
+    ("torchtitan", "torchtitan"),
+    ("nemo-toolkit", "nemo"),
+    ("megatron-core", "megatron"),
+    ("transformers", "transformers"),
+)
+# Frameworks whose attention is a transformers model's (they pass attn_implementation on).
+HF_BASED = ("transformers", "trl", "peft", "accelerate", "deepspeed", "axolotl", "llamafactory", "xtuner", "verl", "ms-swift", "unsloth", "diffusers")
+# Whose sequence parallelism each framework uses when it shards the sequence.
+CP_BY_FRAMEWORK = {
+    "megatron": "te",
+    "nemo": "te",
+    "torchtitan": "torch_ring",
+    "accelerate": "torch_ring",
+    "deepspeed": "ulysses",
+    "ms-swift": "ulysses",
+    "verl": "ulysses",
+    "xtuner": "ulysses",
+    "llamafactory": "ulysses",
+    "axolotl": "ring_flash_attn",
+}
+LIBRARY_OF_IMPL = {
+    "sdpa": "torch-sdpa",
+    "flash_attention_2": "flash-attn",
+    "flash_attention_3": "flash-attn-3",
+    "flex_attention": "flex",
+    "eager": "eager",
+}
+__all__ = ["FIELDS", "CallPath", "infer"]
+
+
+def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Optional[str]]] = None) -> CallPath:
+    """The call path for these facts and this workload (`selections`: each framework's
+    selected backend, when the engine has decided them)."""
+    packages = facts.packages or {}
+    inferred = []
+    framework = workload.framework
+    if framework is None:
+        framework = next((f for dist, f in FRAMEWORK_DISTS if dist in packages), None)
+        if framework is not None:
+            inferred.append("framework")
+    attention: Optional[str] = None
+    library: Optional[str] = None
+    if framework in HF_BASED:
+        attention = workload.attn_implementation
+        if attention is None:
+            chosen = (selections or {}).get("transformers")
+            attention = chosen.split(".", 1)[1] if chosen else None
+            if attention is not None:
+                inferred.append("attention")
+        library = LIBRARY_OF_IMPL.get(attention or "")
+    elif framework in ("megatron", "nemo"):
+        te = any(d.startswith("transformer-engine") for d in packages)
+        library = "transformer-engine" if te else "torch-sdpa"
+        inferred.append("library")
+    elif framework is None and any(d.startswith("transformer-engine") for d in packages):
+        library = "transformer-engine"  # TE installed and no framework that would call anything else
+        inferred.append("library")
+    elif framework == "torchtitan":
+        library = "flex" if workload.attn_implementation == "flex_attention" else "torch-sdpa"
+        if workload.attn_implementation is None:
+            inferred.append("library")
+    if workload.cp_size <= 1:
+        cp_impl = "none"
+    elif workload.context_parallel.impl is not None:
+        cp_impl = workload.context_parallel.impl
+    else:
+        guess = CP_BY_FRAMEWORK.get(framework or "")
+        if guess is None:
+            guess = "te" if any(d.startswith("transformer-engine") for d in packages) else "torch_ring"
+        cp_impl = guess
+        inferred.append("cp_impl")
+    return CallPath(
+        framework=framework,
+        attention=attention,
+        library=library,
+        cp_impl=cp_impl,
+        packing=workload.packing,
+        model_type=workload.model_type,
+        inferred=tuple(inferred),
+    )
