@@ -417,7 +417,8 @@ def merge_lock(old: Mapping[str, Any], new: Mapping[str, Any], keep: Callable[[s
         packages.setdefault(p, {}).update(arts)
     return {
         "format": LOCK_FORMAT,
-        "about": "Written by tools/evidence.py: per evidence entry, the releases where its assertions hold. Do not edit.",
+        "about": "Written by tools/evidence.py: per evidence entry, the releases where its assertions hold. Do not edit, except `notes`.",
+        "notes": list(old.get("notes", [])),
         "records": dict(sorted(records.items())),
         "packages": {p: dict(sorted(a.items(), key=lambda kv: _key(kv[0]))) for p, a in sorted(packages.items())},
     }
@@ -428,6 +429,11 @@ def dump_lock(lock: Mapping[str, Any]) -> str:
     out = ["{"]
     out.append(f' "format": {json.dumps(lock["format"])},')
     out.append(f' "about": {json.dumps(lock["about"])},')
+    out.append(' "notes": [')
+    notes = list(lock.get("notes", []))
+    for i, note in enumerate(notes):
+        out.append(f"  {json.dumps(note, sort_keys=True)}" + ("," if i < len(notes) - 1 else ""))
+    out.append(" ],")
     for name in ("records", "packages"):
         out.append(f' "{name}": {{')
         items = list(lock[name].items())

@@ -134,6 +134,9 @@ def standing(rule: Any, lock: Mapping[str, Any], version_bounded: bool) -> Stand
         bad = bad or not v.ok
         src = rec.get("source", "")
         lines.append(f"{head}: {'agrees' if v.ok else 'DIFFERS'}, released artifacts say {v.derived!r} ({src})" + (f": {v.problem}" if v.problem and not v.ok else ""))
+    for note in lock.get("notes", []):
+        if note.get("rule") == rule.id:
+            lines.append(f"note: {note.get('package')} {note.get('range')!r} looks like {note.get('derived')!r} in released artifacts: {note.get('why')}")
     if rule.confidence == "inferred":
         level = "inferred"
     elif stale:
