@@ -81,3 +81,74 @@ def test_wheel_abi_finding_follows_the_publish_matrix() -> None:
         assert _status(rule, case) == want, (rel["version"], want)
         checked += 1
     assert checked >= 3  # 2.7.4.post1 and the 2.8 line publish torch 2.6 wheels
+
+
+# ---------------------------------------------------------------- transformers, every release
+
+HF: Dict[str, Any] = json.loads((rules_dir() / "evidence" / "transformers_attention.json").read_text(encoding="utf-8"))
+
+
+def _hf_facts() -> Dict[str, Dict[str, Any]]:
+    out = {}
+    for version, rel in HF["releases"].items():
+        while "same_as" in rel:
+            rel = HF["releases"][rel["same_as"]]
+        out[version] = rel["facts"]
+    return out
+
+
+def _below(version: str) -> str:
+    """A torch release just below `version` (2.4 -> 2.3.1, 2.1.1 -> 2.1.0)."""
+    parts = [int(x) for x in version.split(".")]
+    if len(parts) == 3 and parts[2] > 0:
+        return f"{parts[0]}.{parts[1]}.{parts[2] - 1}"
+    return f"{parts[0]}.{parts[1] - 1}.1"
+
+
+def test_hf_facts_cover_the_releases_the_rules_name() -> None:
+    assert {"4.34.0", "4.36.0", "4.47.0", "4.53.0", "5.4.0"} <= set(HF["releases"])
+
+
+@pytest.mark.parametrize(
+    "rule_id,implementation,extra",
+    [
+        ("HF-SDPA-NEEDS-4-36", "sdpa", {}),
+        ("HF-FA3-NEEDS-4-53", "flash_attention_3", {}),
+        ("HF-FLEX-NEEDS-TORCH-2-5", "flex_attention", {"torch": "2.6.0"}),
+    ],
+)
+def test_hf_implementation_rules_follow_the_released_modeling_utils(rule_id: str, implementation: str, extra: Dict[str, str]) -> None:
+    wrong = []
+    for version, facts in _hf_facts().items():
+        offered = implementation in facts["implementations"]
+        got = _status(rule_id, {"packages": {"transformers": version, **extra}, "torch": {"version": extra.get("torch", "2.6.0"), "cuda": "12.4"}})
+        if got != ("passed" if offered else "fired"):
+            wrong.append(f"{version}: {implementation} {'offered' if offered else 'absent'}, rule {got}")
+    assert not wrong, f"{rule_id} disagrees with transformers' released modeling_utils: {wrong}"
+
+
+def test_torch_floor_rule_follows_the_released_import_utils() -> None:
+    rule = "HF-TORCH-TOO-OLD-FOR-TRANSFORMERS-5"
+    checked = 0
+    for version, facts in _hf_facts().items():
+        floor = facts["torch_floor"]
+        if floor is None:
+            assert _status(rule, {"packages": {"transformers": version, "torch": "2.0.1"}}) == "passed", version
+            continue
+        below, at = _below(floor), f"{floor}.0"
+        assert _status(rule, {"packages": {"transformers": version, "torch": below}}) == "fired", (version, below)
+        assert _status(rule, {"packages": {"transformers": version, "torch": at}}) == "passed", (version, at)
+        checked += 1
+    assert checked >= 50
+
+
+def test_flash_attn_floor_rule_follows_the_released_import_utils() -> None:
+    rule = "HF-FA2-FLASH-ATTN-TOO-OLD"
+    below_of = {">2.0.0": "2.0.0", ">=2.1.0": "2.0.9", ">=2.3.3": "2.3.2"}
+    ok_of = {">2.0.0": "2.0.1", ">=2.1.0": "2.1.0", ">=2.3.3": "2.3.3"}
+    for version, facts in _hf_facts().items():
+        floor = facts["flash_attn_min"]
+        env = {"torch": {"version": "2.3.1", "cuda": "12.1"}}
+        low = _status(rule, {"packages": {"transformers": version, "flash-attn": below_of[floor], "torch": "2.3.1"}, **env})
+        ok = _status(rule, {"packages": {"transformers": version, "flash-attn": ok_of[floor], "torch": "2.3.1"}, **env})
+        assert (low, ok) == ("fired", "passed"), (version, floor, low, ok)
