@@ -58,6 +58,9 @@ class CudnnInfo:
     installed: Optional[str] = None  # newest nvidia-cudnn-cuXX wheel or system libcudnn found
     bundled: Optional[str] = None  # what the installed torch wheel pins (Requires-Dist)
     mismatch: Optional[str] = None  # installed vs loaded vs bundled disagree: how
+    # A libcudnn on the system library path (outside the Python wheels) whose version differs
+    # from the effective one (snapshot key cudnn.system, a list); "" when none differs.
+    system: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,34 @@ class Workload:
     def padding(self) -> bool:
         return self.mask.startswith("padding")
 
+    # Sequence parallelism splits heads (Ulysses all-to-all) and the sequence over cp_size ranks.
+    @property
+    def cp_heads_divisible(self) -> bool:
+        return self.num_heads % self.context_parallel.size == 0
+
+    @property
+    def cp_kv_heads_divisible(self) -> bool:
+        return self.num_kv_heads % self.context_parallel.size == 0
+
+    @property
+    def cp_kv_heads_repeatable(self) -> bool:
+        """kv heads split evenly over the ranks, or each rank can hold whole repeated kv heads."""
+        size = self.context_parallel.size
+        return self.num_kv_heads % size == 0 or size % self.num_kv_heads == 0
+
+    @property
+    def cp_local_heads_divisible(self) -> bool:
+        """After the first all-to-all each rank holds num_heads/cp_size heads; is that count itself
+        divisible by cp_size (DeepSpeed 0.15.4-0.16.1 mistake the second all-to-all for an
+        uneven-heads one when it is not)?"""
+        size = self.context_parallel.size
+        return (self.num_heads // size) % size == 0
+
+    @property
+    def cp_seq_divisible(self) -> bool:
+        size = self.context_parallel.size
+        return self.seq_len_q % size == 0 and self.seq_len_kv % size == 0
+
 
 WORKLOAD_DERIVED = (
     "mla",
@@ -250,6 +281,11 @@ WORKLOAD_DERIVED = (
     "bottom_right",
     "causal",
     "padding",
+    "cp_heads_divisible",
+    "cp_kv_heads_divisible",
+    "cp_kv_heads_repeatable",
+    "cp_local_heads_divisible",
+    "cp_seq_divisible",
 )
 
 # --------------------------------------------------------------------------- rule results
@@ -352,7 +388,7 @@ class BackendStatus:
     evidence: Tuple[str, ...] = ()  # what kernel cases saw for this backend
 
 
-CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type")
+CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "needs_mask", "gqa_form")
 
 
 @dataclass(frozen=True)
@@ -366,6 +402,12 @@ class CallPath:
     packing: str
     model_type: Optional[str]
     inferred: Tuple[str, ...] = ()
+    # does transformers (this release) let model_type load with this attention? None: not known
+    model_supports: Optional[bool] = None
+    needs_mask: bool = False  # the call passes an attention-mask tensor (padded batches)
+    # how grouped-query attention reaches the kernel: none | native (the kernel takes fewer kv
+    # heads) | enable_gqa (torch SDPA's flag) | repeat_kv (kv heads copied up first); None: unknown
+    gqa_form: Optional[str] = None
 
     def describe(self, packages: Optional[Mapping[str, str]] = None) -> str:
         """One line: `transformers 4.44.2 (qwen2) -> flash_attention_2 -> flash-attn 2.6.3 varlen; CP: none`."""
@@ -413,3 +455,4 @@ class Report:
     rule_results: Tuple[Tuple[str, str], ...] = ()  # (rule id, fired|passed|not_evaluated)
     kernel_summary: Tuple[Tuple[str, str], ...] = ()  # (label, value) lines from the kernel run
     call_path: Optional[CallPath] = None  # who runs attention
+    notes: Tuple[str, ...] = ()  # where inputs came from (--config files) and what they lacked

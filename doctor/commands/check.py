@@ -18,6 +18,7 @@ def check(
     ),
     workload: Optional[Path] = typer.Option(None, "--workload", "-w", help="Workload file (YAML/JSON)."),
     model: Optional[Path] = typer.Option(None, "--model", "-m", help="Hugging Face config.json or model folder."),
+    config: Optional[List[Path]] = typer.Option(None, "--config", "-c", help="A training config, log or package list, recognised by content: axolotl / LLaMA-Factory / accelerate / NeMo YAML, DeepSpeed JSON, torchtitan TOML, Megatron arguments, TE NVTE_DEBUG log, pip freeze / requirements / uv.lock / poetry.lock (repeatable)."),
     format: str = typer.Option("text", "--format", "-f", help="text | json | markdown | junit"),
     fail_on: str = typer.Option("error", "--fail-on", help="Exit 1 when a finding is at or above: error | warning | info"),
     strict: bool = typer.Option(False, "--strict", help="Count rules that could not be evaluated as failures."),
@@ -54,7 +55,7 @@ def check(
         )
     opts = check_options(
         env=core.expand_env_files(env or []), workload=workload, model=model, extra_args=ctx.args, assume=assume,
-        assume_env=assume_env, rules_dir=rules_dir, static=static, kernels=not no_kernels, kernels_only=kernels_only,
+        assume_env=assume_env, rules_dir=rules_dir, static=static, configs=tuple(config or ()), kernels=not no_kernels, kernels_only=kernels_only,
     )
     observer = None
     if format == "text" and style.color:

@@ -21,6 +21,7 @@ def fix(
     env: Optional[List[Path]] = typer.Option(None, "--env", help="Plan for this snapshot (JSON/YAML from `probe --format json`) instead of this machine."),
     workload: Optional[Path] = typer.Option(None, "--workload", "-w", help="Workload file (YAML/JSON)."),
     model: Optional[Path] = typer.Option(None, "--model", "-m", help="Hugging Face config.json or model folder."),
+    config: Optional[List[Path]] = typer.Option(None, "--config", "-c", help="A training config, log or package list, recognised by content: axolotl / LLaMA-Factory / accelerate / NeMo YAML, DeepSpeed JSON, torchtitan TOML, Megatron arguments, TE NVTE_DEBUG log, pip freeze / requirements / uv.lock / poetry.lock (repeatable)."),
     format: str = typer.Option("text", "--format", "-f", help="text | json | markdown"),
     assume: Optional[List[str]] = typer.Option(None, "--assume", help="Plan as if NAME==VERSION were installed (repeatable)."),
     assume_env: Optional[List[str]] = typer.Option(None, "--assume-env", help="Plan as if NAME=VALUE were set (repeatable)."),
@@ -43,9 +44,9 @@ def fix(
     opts = core.FixOptions(
         check=check_options(
             env=env or (), workload=workload, model=model, extra_args=ctx.args, assume=assume,
-            assume_env=assume_env, rules_dir=rules_dir, static=static, releases=releases,
+            assume_env=assume_env, rules_dir=rules_dir, static=static, configs=tuple(config or ()), releases=releases,
         ),
-        verify_args=tuple(_input_args(env, workload, model, rules_dir, ctx.args, assume, assume_env)),
+        verify_args=tuple(_input_args(env, workload, model, rules_dir, ctx.args, assume, assume_env, config)),
     )
     plan = core.run_fix(opts)
     emit(render("fix", format, plan, Style.for_terminal()))
@@ -62,6 +63,7 @@ def _input_args(
     flags: List[str],
     assume: Optional[List[str]] = None,
     assume_env: Optional[List[str]] = None,
+    config: Optional[List[Path]] = None,
 ) -> List[str]:
     """The user's own inputs, so the printed re-check command checks the same environment."""
     import shlex
@@ -71,6 +73,7 @@ def _input_args(
         ("--env", env or []),
         ("--workload", [workload] if workload else []),
         ("--model", [model] if model else []),
+        ("--config", config or []),
         ("--rules-dir", rules_dir or []),
         ("--assume", assume or []),
         ("--assume-env", assume_env or []),

@@ -24,6 +24,7 @@ def render_check_markdown(report: Report) -> str:
     ]
     if report.call_path is not None:
         out.append(f"Call path: {report.call_path.describe(report.facts.packages)}")
+    out += [f"- {note}" for note in report.notes]
     if report.assumed:
         out.append(f"Assuming: `{', '.join(report.assumed)}`")
     out += ["", "| | Area | Status |", "|---|---|---|"]

@@ -17,7 +17,7 @@ them as `path.<field>` (e.g. a TransformerEngine context-parallel rule needs `pa
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from doctor.model import CALL_PATH_FIELDS as FIELDS
 from doctor.model import CallPath, Facts, Workload
@@ -102,7 +102,11 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
             guess = "te" if any(d.startswith("transformer-engine") for d in packages) else "torch_ring"
         cp_impl = guess
         inferred.append("cp_impl")
+    needs_mask = workload.mask == "arbitrary" or (workload.padding and workload.packing == "padded")
     return CallPath(
+        needs_mask=needs_mask,
+        gqa_form=_gqa_form(workload, framework, library, needs_mask, packages),
+        model_supports=_model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None,
         framework=framework,
         attention=attention,
         library=library,
@@ -111,3 +115,58 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         model_type=workload.model_type,
         inferred=tuple(inferred),
     )
+
+
+def _model_supports(transformers: Optional[str], model_type: Optional[str], attention: Optional[str]) -> Optional[bool]:
+    """From rules/releases/transformers-attn-support.json (tools/hf_attn_support.py): the
+    newest release there at or below the installed one. None when any of it is unknown."""
+    if not transformers or not model_type or not attention:
+        return None
+    table = _support_table()
+    from doctor.versions import release
+
+    have = release(transformers)
+    if have is None:
+        return None
+    known = sorted((v for v in table if (release(v) or have) <= have), key=lambda v: release(v) or have)
+    if not known:
+        return None
+    impls = table[known[-1]].get(model_type)
+    return None if impls is None else attention in impls
+
+
+_TABLE: Dict[str, Dict[str, List[str]]] = {}
+
+
+def _support_table() -> Dict[str, Dict[str, List[str]]]:
+    if not _TABLE:
+        import json
+
+        from doctor.resources import rules_dir
+
+        try:
+            doc = json.loads((rules_dir() / "releases" / "transformers-attn-support.json").read_text(encoding="utf-8"))
+            _TABLE.update(doc.get("releases") or {})
+        except (OSError, ValueError):
+            pass
+    return _TABLE
+
+
+def _gqa_form(workload: Workload, framework: Optional[str], library: Optional[str], needs_mask: bool, packages: Mapping[str, str]) -> Optional[str]:
+    """transformers' SDPA path copies kv heads up (repeat_kv) unless it can pass enable_gqa:
+    from 4.54 (integrations/sdpa_attention.py use_gqa_in_sdpa) with torch >= 2.5 and no mask
+    tensor. TE and flash-attn take fewer kv heads natively."""
+    from doctor.versions import version_matches
+
+    if not workload.gqa:
+        return "none"
+    if library in ("transformer-engine", "flash-attn", "flash-attn-3"):
+        return "native"
+    if library == "torch-sdpa" and framework in HF_BASED:
+        tf, torch = packages.get("transformers"), packages.get("torch")
+        if tf is None or torch is None:
+            return None
+        if version_matches(tf, ">=4.54") and version_matches(torch, ">=2.5") and not needs_mask:
+            return "enable_gqa"
+        return "repeat_kv"
+    return None

@@ -199,7 +199,11 @@ class Context:
                     from doctor.rules.callpath import infer
 
                     self.path = infer(self.facts, self.workload)
-                v = Value(True, getattr(self.path, path[5:]))
+                got = getattr(self.path, path[5:])
+                if got is None and path == "path.model_supports":
+                    v = Value(False, reason="path.model_supports: this model family or transformers release is not in the support table")
+                else:
+                    v = Value(True, got)
             else:
                 v = resolve(path, self.facts, self.workload)
             self._cache[path] = v
