@@ -3,8 +3,9 @@
     PYTHONPATH=. python docs/audit/draw_sample.py        # prints one id per line
 
 The ids are sorted before sampling so that the draw depends only on the catalogue's ids and the
-seed, not on file order. The catalogue drawn from is the one at the commit that added this
-script (see sample-2.md).
+seed, not on file order. The draw in sample-2.md / sample-2-ids.txt was made on the 174-rule
+catalogue of commit 7ce5c2c; a catalogue with other ids draws other rules. To reproduce it:
+`git worktree add /tmp/s2 7ce5c2c && cd /tmp/s2 && PYTHONPATH=. python docs/audit/draw_sample.py`.
 """
 
 from __future__ import annotations
