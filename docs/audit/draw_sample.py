@@ -5,7 +5,7 @@
 The ids are sorted before sampling so that the draw depends only on the catalogue's ids and the
 seed, not on file order. The draw in sample-2.md / sample-2-ids.txt was made on the 174-rule
 catalogue of commit 7ce5c2c; a catalogue with other ids draws other rules. To reproduce it:
-`git worktree add /tmp/s2 7ce5c2c && cd /tmp/s2 && PYTHONPATH=. python docs/audit/draw_sample.py`.
+`mkdir /tmp/s2 && git archive b815ac2 | tar -x -C /tmp/s2 && cd /tmp/s2 && PYTHONPATH=. python docs/audit/draw_sample.py` (b815ac2 adds this script on top of 7ce5c2c; same rule ids).
 """
 
 from __future__ import annotations
