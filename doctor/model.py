@@ -192,6 +192,28 @@ MASKS = (
 DTYPES = ("fp16", "bf16", "fp32", "fp8")
 QKV_FORMATS = ("bshd", "sbhd", "thd")
 CP_COMM_TYPES = ("p2p", "a2a", "all_gather", "a2a+p2p")
+# Who dispatches attention (the call path's first hop), how a batch is packed, and whose
+# context/sequence parallelism splits the sequence.
+FRAMEWORKS = (
+    "transformers",
+    "megatron",
+    "nemo",
+    "torchtitan",
+    "accelerate",
+    "deepspeed",
+    "unsloth",
+    "axolotl",
+    "llamafactory",
+    "verl",
+    "ms-swift",
+    "trl",
+    "xtuner",
+    "diffusers",
+    "peft",
+    "custom",
+)
+PACKINGS = ("padded", "varlen", "padding_free")
+CP_IMPLS = ("te", "torch_ring", "ulysses", "ring_flash_attn")
 ATTN_IMPLEMENTATIONS = (
     "eager",
     "sdpa",
@@ -205,6 +227,7 @@ ATTN_IMPLEMENTATIONS = (
 class ContextParallel:
     size: int = 1
     comm_type: str = "p2p"
+    impl: Optional[str] = None  # te | torch_ring | ulysses | ring_flash_attn; None: not stated
 
 
 @dataclass(frozen=True)
@@ -233,6 +256,9 @@ class Workload:
     fp8: bool = False
     context_parallel: ContextParallel = field(default_factory=ContextParallel)
     attn_implementation: Optional[str] = None
+    framework: Optional[str] = None  # who dispatches attention; None: not stated
+    model_type: Optional[str] = None  # config.json model_type (qwen2, llama, ...)
+    packing: str = "padded"  # padded | varlen | padding_free
     source: str = "default profile"
     defaulted: Tuple[str, ...] = ()
 
@@ -262,6 +288,10 @@ class Workload:
         return self.context_parallel.comm_type if self.context_parallel.size > 1 else None
 
     @property
+    def cp_impl(self) -> Optional[str]:
+        return self.context_parallel.impl if self.context_parallel.size > 1 else None
+
+    @property
     def sliding_window(self) -> bool:
         return self.window_size is not None and tuple(self.window_size) != (-1, -1)
 
@@ -285,6 +315,7 @@ WORKLOAD_DERIVED = (
     "head_dim_max",
     "cp_size",
     "cp_comm_type",
+    "cp_impl",
     "sliding_window",
     "bottom_right",
     "causal",

@@ -8,6 +8,7 @@ say so. Unknown keys are errors naming the key.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -16,8 +17,11 @@ from doctor.errors import InputError
 from doctor.model import (
     ATTN_IMPLEMENTATIONS,
     CP_COMM_TYPES,
+    CP_IMPLS,
     DTYPES,
+    FRAMEWORKS,
     MASKS,
+    PACKINGS,
     QKV_FORMATS,
     ContextParallel,
     Workload,
@@ -50,6 +54,9 @@ KEYS = (
     "fp8",
     "context_parallel",
     "attn_implementation",
+    "framework",
+    "model_type",
+    "packing",
 )
 
 _DTYPE_ALIASES = {
@@ -143,6 +150,15 @@ def build(
             out["qkv_format"] = _choice(key, value, QKV_FORMATS, path, line)
         elif key == "attn_implementation":
             out["attn_implementation"] = _choice(key, value, ATTN_IMPLEMENTATIONS, path, line)
+        elif key == "framework":
+            out["framework"] = _choice(key, str(value).replace("_", "-").replace("llama-factory", "llamafactory"), FRAMEWORKS, path, line)
+        elif key == "packing":
+            out["packing"] = _choice(key, str(value).replace("-", "_"), PACKINGS, path, line)
+        elif key == "model_type":
+            text = str(value).strip()
+            if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", text):
+                raise _bad(key, value, "expected a config.json model_type such as qwen2 or llama", path, line)
+            out["model_type"] = text.lower()
         elif key == "head_dim":
             out["head_dim_qk"] = out["head_dim_v"] = _int(key, value, path, line)
         elif key == "seq_len":
@@ -164,6 +180,17 @@ def build(
             )
         elif key == "context_parallel":
             out["context_parallel"] = _cp(value, path, line)
+    # `varlen: true` and `packing: varlen` say the same thing; either sets the other.
+    if out.get("packing") == "varlen":
+        out["varlen"] = True
+    elif "packing" in out and "varlen" not in out:
+        out["varlen"] = False
+    elif out.get("varlen") is True and "packing" not in out:
+        out["packing"] = "varlen"
+    elif out.get("varlen") is False and "packing" not in out and base.packing == "varlen":
+        out["packing"] = "padded"
+    if out.get("varlen") is True and out.get("packing", "varlen") != "varlen":
+        raise _bad("packing", out["packing"], "contradicts varlen: true", path, lines.get("packing"))
     if "num_kv_heads" in out and "num_heads" not in out and out["num_kv_heads"] > base.num_heads:
         out["num_heads"] = out["num_kv_heads"]
     if "num_heads" in out and "num_kv_heads" not in out and base.num_kv_heads > out["num_heads"]:
@@ -185,13 +212,16 @@ def _cp(value: Any, path: Optional[str], line: Optional[int]) -> ContextParallel
     if isinstance(value, int) and not isinstance(value, bool):
         return ContextParallel(size=_int("context_parallel", value, path, line))
     if not isinstance(value, Mapping):
-        raise _bad("context_parallel", value, "expected {size: N, comm_type: p2p|a2a|all_gather|a2a+p2p}", path, line)
-    unknown = set(value) - {"size", "comm_type"}
+        raise _bad("context_parallel", value, "expected {size: N, comm_type: p2p|a2a|all_gather|a2a+p2p, impl: te|torch_ring|ulysses|ring_flash_attn}", path, line)
+    unknown = set(value) - {"size", "comm_type", "impl"}
     if unknown:
         raise InputError(f"workload: context_parallel: unknown key {sorted(unknown)[0]!r}", path=path, line=line)
     size = _int("context_parallel.size", value.get("size", 1), path, line)
     comm = _choice("context_parallel.comm_type", value.get("comm_type", "p2p"), CP_COMM_TYPES, path, line)
-    return ContextParallel(size=size, comm_type=comm)
+    impl = value.get("impl")
+    if impl is not None:
+        impl = _choice("context_parallel.impl", str(impl).replace("-", "_"), CP_IMPLS, path, line)
+    return ContextParallel(size=size, comm_type=comm, impl=impl)
 
 
 def default_workload() -> Workload:
@@ -268,6 +298,8 @@ def workload_from_model(path: Path) -> Dict[str, Any]:
     dtype = c.get("torch_dtype") or c.get("dtype")
     if isinstance(dtype, str) and dtype.replace("torch.", "") in ("bfloat16", "float16", "float32"):
         out["dtype"] = dtype.replace("torch.", "")
+    if isinstance(cfg.get("model_type"), str) and re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", cfg["model_type"]):
+        out["model_type"] = cfg["model_type"]  # the outer model's family, not its text_config's
     impl = c.get("_attn_implementation") or c.get("attn_implementation")
     if isinstance(impl, str) and impl in ATTN_IMPLEMENTATIONS:
         out["attn_implementation"] = impl
