@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 import tempfile
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
@@ -54,6 +54,10 @@ def main() -> int:
         print(f"{fam:16} {f'{c}/{f}':>10} {f'{p}/{n}':>14}")
     pct = 100.0 * caught / failures if failures else 0.0
     print(f"{'total':16} {f'{caught}/{failures}':>10} {f'{fp}/{near}':>14}   ({pct:.1f}% caught)")
+    kinds = Counter(s.failure_kind for s in scenarios if s.kind == "failure")
+    print("failure kinds: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
+    gpus = Counter(s.gpu for s in scenarios)
+    print("GPUs as reported: " + ", ".join(f"{g} {n}" for g, n in sorted(gpus.items())))
     for o in missed:
         gap = f" [known gap: {o.scenario.known_gap}]" if o.scenario.known_gap else ""
         print(f"missed: {o.scenario.id} ({o.scenario.source}): {o.detail}{gap}")
