@@ -179,7 +179,7 @@ def build(
                 _int(key, value[1], path, line, minimum=-1),
             )
         elif key == "context_parallel":
-            out["context_parallel"] = _cp(value, path, line)
+            out["context_parallel"] = _cp(value, path, line, base.context_parallel)
     # `varlen: true` and `packing: varlen` say the same thing; either sets the other.
     if out.get("packing") == "varlen":
         out["varlen"] = True
@@ -208,17 +208,18 @@ def build(
 _ALL_FIELDS = tuple(f.name for f in fields(Workload) if f.name not in ("source", "defaulted"))
 
 
-def _cp(value: Any, path: Optional[str], line: Optional[int]) -> ContextParallel:
+def _cp(value: Any, path: Optional[str], line: Optional[int], base: ContextParallel = ContextParallel()) -> ContextParallel:
+    """`{size, comm_type, impl}` laid over `base` (a key not given keeps base's value)."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return ContextParallel(size=_int("context_parallel", value, path, line))
+        return replace(base, size=_int("context_parallel", value, path, line))
     if not isinstance(value, Mapping):
         raise _bad("context_parallel", value, "expected {size: N, comm_type: p2p|a2a|all_gather|a2a+p2p, impl: te|torch_ring|ulysses|ring_flash_attn}", path, line)
     unknown = set(value) - {"size", "comm_type", "impl"}
     if unknown:
         raise InputError(f"workload: context_parallel: unknown key {sorted(unknown)[0]!r}", path=path, line=line)
-    size = _int("context_parallel.size", value.get("size", 1), path, line)
-    comm = _choice("context_parallel.comm_type", value.get("comm_type", "p2p"), CP_COMM_TYPES, path, line)
-    impl = value.get("impl")
+    size = _int("context_parallel.size", value.get("size", base.size), path, line)
+    comm = _choice("context_parallel.comm_type", value.get("comm_type", base.comm_type), CP_COMM_TYPES, path, line)
+    impl = value.get("impl", base.impl)
     if impl is not None:
         impl = _choice("context_parallel.impl", str(impl).replace("-", "_"), CP_IMPLS, path, line)
     return ContextParallel(size=size, comm_type=comm, impl=impl)
@@ -229,20 +230,16 @@ def default_workload() -> Workload:
 
 
 def load_workload_file(path: Path, base: Optional[Workload] = None) -> Workload:
-    from doctor.rules.loader import _LineDict, read_yaml
-    from doctor.errors import RuleError
+    from doctor.yamlio import LineDict, read_yaml
 
-    try:
-        doc = read_yaml(path)
-    except RuleError as exc:  # same reader, but a workload is user input: exit 2 either way
-        raise InputError(exc.message.replace("file not found", "workload file not found"), path=str(path), line=exc.line, hint=exc.hint) from None
+    doc = read_yaml(path, what="workload file")
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
         raise InputError("a workload file must be a mapping of workload keys", path=str(path), line=1)
     if "workload" in doc and len(doc) == 1 and isinstance(doc["workload"], dict):
         doc = doc["workload"]
-    lines = getattr(doc, "key_lines", {}) if isinstance(doc, _LineDict) else {}
+    lines = getattr(doc, "key_lines", {}) if isinstance(doc, LineDict) else {}
     return build(doc, base=base or default_workload(), source=str(path), path=str(path), lines=lines)
 
 

@@ -27,12 +27,16 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from packaging.requirements import InvalidRequirement, Requirement
 
 from doctor.errors import WriteError
-from doctor.rules.conditions import normalize_dist
+from doctor.model import Pin
+
+if TYPE_CHECKING:
+    from doctor.fix.plan import FixPlan
+from doctor.versions import canonical_name
 
 MARK = "attn-doctor:"
 HEADER = "# attn-doctor fix: pins for the attention stack (each line names the findings it fixes)"
@@ -41,10 +45,19 @@ _COMMENT = re.compile(r"(^|\s)#")
 
 
 @dataclass(frozen=True)
-class Pin:
-    name: str  # PEP 503 normalised
-    version: str
+class Pinned:
+    """A pin to write, with the findings it fixes (named in the line's marker)."""
+
+    pin: Pin
     rule_ids: Tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.pin.name
+
+    @property
+    def version(self) -> str:
+        return self.pin.version
 
 
 @dataclass(frozen=True)
@@ -58,15 +71,14 @@ class PinResult:
     warnings: Tuple[str, ...] = ()
 
 
-def pins_from_plan(pins: Sequence[str], rule_ids: Dict[str, Tuple[str, ...]]) -> List[Pin]:
-    """Pin values for `render_pinfile` from a plan's `name==version` strings."""
-    from doctor.assume import parse_pin
-
-    out = []
-    for text in pins:
-        name, version = parse_pin(text)
-        out.append(Pin(name, version, rule_ids.get(name, ())))
-    return out
+def pins_from_plan(plan: "FixPlan") -> List[Pinned]:
+    """The plan's pins, each with the rule ids of the changes that pin its package."""
+    rule_ids: Dict[str, Tuple[str, ...]] = {}
+    for change in plan.changes:
+        for p in change.pins:
+            ids = rule_ids.get(p.name, ()) + ((change.rule_id,) if change.rule_id else ())
+            rule_ids[p.name] = tuple(dict.fromkeys(ids))
+    return [Pinned(pin, rule_ids.get(pin.name, ())) for pin in plan.pins]
 
 
 # --------------------------------------------------------------------------- parsing
@@ -115,7 +127,7 @@ def _parse(group: Sequence[str]) -> Optional[Tuple[Requirement, bool, str]]:
     return req, had_hashes, comment
 
 
-def _line(req_name: str, extras: Set[str], pin: Pin, marker: Optional[str], comment: str, constraints: bool) -> str:
+def _line(req_name: str, extras: Set[str], pin: Pinned, marker: Optional[str], comment: str, constraints: bool) -> str:
     name = req_name
     if extras and not constraints:
         name += "[" + ",".join(sorted(extras)) + "]"
@@ -133,7 +145,7 @@ def _line(req_name: str, extras: Set[str], pin: Pin, marker: Optional[str], comm
 
 def render_pinfile(
     old: Optional[str],
-    pins: Sequence[Pin],
+    pins: Sequence[Pinned],
     *,
     constraints: bool = False,
     base_dir: Optional[Path] = None,
@@ -142,7 +154,7 @@ def render_pinfile(
     """The new file contents and the warnings to show. Pure apart from reading `-r` files."""
     old = old or ""
     nl = "\r\n" if "\r\n" in old else "\n"
-    wanted: Dict[str, Pin] = {p.name: p for p in pins}
+    wanted: Dict[str, Pinned] = {p.name: p for p in pins}
     warnings: List[str] = []
     out: List[str] = []
     seen: Set[str] = set()
@@ -157,7 +169,7 @@ def render_pinfile(
             out.extend(group)
             continue
         req, had_hashes, comment = parsed
-        name = normalize_dist(req.name)
+        name = canonical_name(req.name)
         pin = wanted.get(name)
         if pin is None:
             out.extend(group)
@@ -190,7 +202,7 @@ def render_pinfile(
     return "".join(out), warnings
 
 
-def _included_pins(includes: Sequence[str], wanted: Dict[str, Pin], base: Path, read: Callable[[Path], Optional[str]], visited: Set[Path]) -> List[str]:
+def _included_pins(includes: Sequence[str], wanted: Dict[str, Pinned], base: Path, read: Callable[[Path], Optional[str]], visited: Set[Path]) -> List[str]:
     out: List[str] = []
     for inc in includes:
         path = (base / inc).resolve()
@@ -209,8 +221,8 @@ def _included_pins(includes: Sequence[str], wanted: Dict[str, Pin], base: Path, 
             if m:
                 nested.append(m.group(2))
             parsed = _parse(group)
-            if parsed and normalize_dist(parsed[0].name) in wanted:
-                pin = wanted[normalize_dist(parsed[0].name)]
+            if parsed and canonical_name(parsed[0].name) in wanted:
+                pin = wanted[canonical_name(parsed[0].name)]
                 out.append(
                     f"{parsed[0].name} is also required in {inc} ({str(parsed[0]).strip()}): change it there to "
                     f"=={pin.version}, or pip will see two requirements for it"
@@ -239,7 +251,7 @@ def _read_existing(path: Path) -> Optional[str]:
         raise WriteError(f"{path} is not UTF-8 text; not touched") from None
 
 
-def write_pinfile(path: Path, pins: Sequence[Pin], *, constraints: bool = False, dry_run: bool = False) -> PinResult:
+def write_pinfile(path: Path, pins: Sequence[Pinned], *, constraints: bool = False, dry_run: bool = False) -> PinResult:
     """Update (or create) `path` with `pins`. The old file is intact whenever this raises.
 
     A symlink is followed (its target is updated, the link stays); anything that exists and is
