@@ -55,7 +55,7 @@ def wheels(
 ) -> int:
     """Rebuild flash-attn-wheels.json rows from the wheels a GitHub release really carries
     (its assets), not the CI matrix at the tag. Exit 1 when GitHub is unreachable."""
-    from doctor.fix.wheel_assets import load_assets_file, refresh_wheels
+    from doctor.releases.wheel_assets import load_assets_file, refresh_wheels
     from doctor.resources import rules_dir
 
     assets = load_assets_file(assets_json) if assets_json else None

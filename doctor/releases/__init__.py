@@ -2,4 +2,5 @@
 
     catalogue.py   reading it: versions, Pythons, torch bundles (CUDA, cuDNN), flash-attn wheels
     refresh.py     `attn-doctor releases refresh`: asking the package index for new releases
+    wheel_assets.py `attn-doctor releases wheels`: flash-attn wheel rows from a release's real assets
 """

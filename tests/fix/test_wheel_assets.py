@@ -11,8 +11,8 @@ from typing import Any, List
 import pytest
 
 from doctor.cli import main
-from doctor.fix.catalogue import IndexUnreachable
-from doctor.fix.wheel_assets import builds_from_assets, fetch_release_assets, parse_asset, refresh_wheels
+from doctor.releases.refresh import IndexUnreachable
+from doctor.releases.wheel_assets import builds_from_assets, fetch_release_assets, parse_asset, refresh_wheels
 from doctor.resources import rules_dir
 
 NAMES = [
@@ -60,7 +60,7 @@ def test_refresh_replaces_one_row_and_keeps_the_rest(tmp_path: Path) -> None:
 
 def test_a_refreshed_row_decides_which_wheel_fix_names(tmp_path: Path) -> None:
     from doctor.fix.wheels import WheelTarget, choose_wheel
-    from doctor.releases import load_release_catalogue
+    from doctor.releases.catalogue import load_release_catalogue
 
     d = _catalogue(tmp_path)
     target = WheelTarget(torch="2.9.0", cuda="12.8", cxx11_abi=True, python="3.12")

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from doctor.errors import InputError
-from doctor.fix.catalogue import Fetcher, IndexUnreachable, _default_fetcher
+from doctor.releases.refresh import Fetcher, IndexUnreachable, _default_fetcher
 
 REPO_API = "https://api.github.com/repos/Dao-AILab/flash-attention/releases/tags/{tag}"
 _ASSET = re.compile(
@@ -161,7 +161,7 @@ def refresh_wheels(
         tmp.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         tmp.replace(out)
         written = out
-        from doctor.releases import _catalogue, _load
+        from doctor.releases.catalogue import _catalogue, _load
 
         _load.cache_clear()  # a catalogue read before this write is stale now
         _catalogue.cache_clear()
