@@ -38,6 +38,15 @@ def test_ids_are_unique_and_files_are_named_by_family() -> None:
         assert s.path.parent.name == s.family, f"{s.path}: family {s.family} but folder {s.path.parent.name}"
 
 
+def test_expected_rules_exist_unless_the_gap_is_documented() -> None:
+    from doctor.rules.loader import load_catalogue
+
+    ids = {r.id for r in load_catalogue().rules}
+    for s in load_all():
+        if s.kind == "failure" and not s.known_gap:
+            assert set(s.rules) & ids, f"{s.path}: none of {s.rules} is a rule in the catalogue"
+
+
 def test_corpus_has_both_kinds() -> None:
     kinds = Counter(s.kind for s in load_all())
     assert kinds["failure"] > 0 and kinds["near-miss"] > 0
