@@ -13,7 +13,7 @@ and every fact under it is unknown; the reason is kept in `Facts.unknown`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
 from typing import Any, Literal, Mapping, Optional, Tuple
@@ -101,8 +101,6 @@ class Facts:
     unknown: Mapping[str, str] = field(default_factory=dict)  # fact path -> why it could not be probed
     source: str = "probe"  # "probe" or the snapshot file it came from
 
-    def with_changes(self, **changes: Any) -> "Facts":
-        return replace(self, **changes)
 
 
 # --------------------------------------------------------------------------- workload

@@ -300,7 +300,7 @@ def workload_from_model(path: Path) -> Dict[str, Any]:
     impl = c.get("_attn_implementation") or c.get("attn_implementation")
     if isinstance(impl, str) and impl in ATTN_IMPLEMENTATIONS:
         out["attn_implementation"] = impl
-    attn_cfg = c.get("attn_config") if isinstance(c.get("attn_config"), dict) else {}
+    attn_cfg: Dict[str, Any] = c["attn_config"] if isinstance(c.get("attn_config"), dict) else {}
     uses_alibi = (
         c.get("alibi") is True  # Falcon and others that make it a flag
         or c.get("position_embedding_type") == "alibi"

@@ -245,7 +245,8 @@ class _Planner:
         """Requirements of installed releases (requires, works_with) that `packages` break."""
         out: List[str] = []
         for name, version in packages.items():
-            rel = self._release(name, parse_version(version).public if parse_version(version) else version)
+            parsed = parse_version(version)
+            rel = self._release(name, parsed.public if parsed is not None else version)
             if rel is None:
                 continue
             for other, spec in list(rel.requires.items()) + list(rel.works_with.items()):

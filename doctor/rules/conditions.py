@@ -2,7 +2,7 @@
 
 A leaf predicate is true, false, or unknown (a fact it needs could not be probed). `all` is
 false if any child is false, unknown if any is unknown, else true; `any` mirrors it; `not`
-keeps unknown. The operator set is closed: COMPARE_OPS plus the package / backend /
+keeps unknown. The operator set is closed: OPERATORS plus the package / backend /
 framework leaves. Nothing here evaluates code.
 """
 

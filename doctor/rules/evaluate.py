@@ -155,8 +155,8 @@ def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
             if got is None:  # framework absent: nothing to disable
                 results.append(RuleResult(rule.id, "passed"))
             else:
-                status = "not_evaluated" if got.value is None else ("fired" if got.value else "passed")
-                results.append(RuleResult(rule.id, status, got.missing))
+                verdict = "not_evaluated" if got.value is None else ("fired" if got.value else "passed")
+                results.append(RuleResult(rule.id, verdict, got.missing))
             continue
         out = evaluate(rule.when, ctx)
         if out.value is False:

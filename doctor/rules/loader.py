@@ -453,7 +453,7 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
             if cache_file and cache_file.is_file():
                 return _from_json(json.loads(cache_file.read_text(encoding="utf-8")))
         except (OSError, ValueError, KeyError, TypeError):
-            cache_file = cache_file  # unreadable or stale cache: rebuild below
+            pass  # unreadable or stale cache: rebuilt below and overwritten
     frameworks: List[Framework] = []
     rules: List[Rule] = []
     for f in files:

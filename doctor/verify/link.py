@@ -126,7 +126,7 @@ def link_kernels(report: Report, cat: Catalogue, kernel_run: KernelRun) -> Repor
         findings.append(
             Finding(
                 rule_id=f"KERNEL-{c.backend.upper().replace('.', '-').replace('_', '-')}-{c.status.upper()}",
-                severity=Severity.ERROR if validated else "warning",
+                severity=Severity.ERROR if validated else Severity.WARNING,
                 title=f"{c.backend} {'gave wrong results' if c.status == 'failed' else c.status} in kernel case {c.id}",
                 message=(
                     f"No rule predicted this: the kernel case {c.id} {c.status} on this machine. "

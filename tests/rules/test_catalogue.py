@@ -85,3 +85,12 @@ def test_no_prose_is_cut_short_by_a_yaml_comment() -> None:
             if pattern.match(line):
                 bad.append(f"{path}:{n}")
     assert not bad, bad
+
+
+def test_the_schema_knows_exactly_the_operators_the_evaluator_has() -> None:
+    """A leaf operator the schema accepts but conditions cannot evaluate (or the reverse) would
+    be a rule that loads and then fails at run time."""
+    from doctor.rules.conditions import OPERATORS
+    from doctor.rules.schema import _compare_props
+
+    assert set(_compare_props) == set(OPERATORS)
