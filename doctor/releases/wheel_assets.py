@@ -9,7 +9,7 @@ became an asset. What setup.py downloads is an asset name:
 
 so a release row is rebuilt from those names (Linux x86_64 only, like the rest of the catalogue):
 one build per torch line with the CUDA tags, CPythons and C++ ABIs seen. The CUDA tag is kept in
-the catalogue's toolkit spelling ("12" for cu12, "12.2" for cu122), which doctor/fix/wheels.py
+the catalogue's toolkit spelling ("12" for cu12, "12.2" for cu122), which doctor/releases/wheels.py
 maps back to the tag. `broken` entries and other releases are kept.
 
 Sources: the GitHub releases API (`/repos/Dao-AILab/flash-attention/releases/tags/{tag}`), or a

@@ -36,7 +36,7 @@ def _import_probed(facts: Facts) -> bool:
 
 def resolve_wheel_fact(name: str, facts: Facts) -> "tuple[bool, Any, str]":
     """(known, value, reason-if-unknown) of wheels.flash-attn.<name>."""
-    from doctor.fix.wheels import build_command, choose_wheel, wheel_target
+    from doctor.releases.wheels import build_command, choose_wheel, wheel_target
     from doctor.releases.catalogue import load_release_catalogue
     from doctor.versions import parse_version, version_matches
 

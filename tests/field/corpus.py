@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path

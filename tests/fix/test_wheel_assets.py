@@ -59,7 +59,7 @@ def test_refresh_replaces_one_row_and_keeps_the_rest(tmp_path: Path) -> None:
 
 
 def test_a_refreshed_row_decides_which_wheel_fix_names(tmp_path: Path) -> None:
-    from doctor.fix.wheels import WheelTarget, choose_wheel
+    from doctor.releases.wheels import WheelTarget, choose_wheel
     from doctor.releases.catalogue import load_release_catalogue
 
     d = _catalogue(tmp_path)
