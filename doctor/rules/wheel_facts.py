@@ -57,7 +57,9 @@ def resolve_wheel_fact(name: str, facts: Facts) -> "tuple[bool, Any, str]":
     if name == "build":
         return True, build_command(version), ""
     if name == "why":
-        return True, "; ".join(choice.notes) or "a prebuilt wheel exists", ""
+        # the notes end with how to build; rules say that themselves with wheels.flash-attn.build
+        notes = [n.split("; no prebuilt wheel:")[0] for n in choice.notes if not n.startswith("install with --no-deps")]
+        return True, "; ".join(notes) or "a prebuilt wheel exists", ""
     if name == "wheel":
         return True, choice.available, ""
     if name == "needs_build":
