@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from doctor.errors import InputError
 from doctor.model import (
@@ -319,13 +319,18 @@ def resolve_workload(
     workload_file: Optional[Path] = None,
     model: Optional[Path] = None,
     flags: Optional[Mapping[str, Any]] = None,
+    configs: Sequence[Tuple[str, Mapping[str, Any]]] = (),
 ) -> Workload:
-    """Default profile <- model config <- workload file <- flags (later wins)."""
+    """Default profile <- model config <- --config files <- workload file <- flags (later wins)."""
     w = default_workload()
     sources = []
     if model is not None:
         w = build(workload_from_model(model), base=w, source=f"model {model}", path=str(model))
         sources.append(f"model {model}")
+    for name, keys in configs:
+        if keys:
+            w = build(keys, base=w, source=name, path=name)
+            sources.append(name)
     if workload_file is not None:
         w = load_workload_file(workload_file, base=w)
         sources.append(str(workload_file))

@@ -18,7 +18,7 @@ LAYERS = [
     {"doctor.errors", "doctor.model", "doctor.resources", "doctor.cachedir", "doctor"},
     {"doctor.versions", "doctor.yamlio"},
     {"doctor.probe", "doctor.snapshot"},
-    {"doctor.workload", "doctor.releases"},
+    {"doctor.workload", "doctor.configs", "doctor.releases"},
     {"doctor.rules", "doctor.assume"},
     {"doctor.fix", "doctor.verify"},
     {"doctor.report", "doctor.cluster"},
