@@ -223,7 +223,8 @@ def _kernel_stage(
     if "sdpa.math" in installed:
         installed.add("sdpa.flex")
     cases = verify.plan_cases(inputs.workload if inputs.workload.shape_given else None, installed)
-    return verify.run_cases(cases, observer=observer), None
+    return verify.run_cases(cases, observer=observer,
+                            ask=[verify.ask_request(inputs.workload)]), None
 
 
 def check(

@@ -154,7 +154,7 @@ def not_expressible(spec: CaseSpec) -> Optional[str]:
     """Why the backend's API cannot even state this case (such cases are not planned)."""
     b = spec.backend
     fa_like = b.startswith("flash_attn.")
-    if spec.softcap and (b in SDPA_BACKENDS or b.startswith("te.") or b.startswith("xformers")):
+    if spec.softcap and (b in SDPA_BACKENDS or b.startswith("xformers")):
         return "no softcap in this API"
     if fa_like and spec.mask == "causal" and spec.seq_q != spec.seq_kv:
         return "flash-attn causal is bottom-right aligned"
@@ -168,8 +168,8 @@ def not_expressible(spec: CaseSpec) -> Optional[str]:
         return "nested-tensor SDPA takes no mask"
     if spec.window is not None and b.startswith("xformers"):
         return "sliding window not covered for xformers"
-    if spec.dtype == "fp8" and b != "flash_attn.fa3":
-        return "fp8 covered for FA3 only"
+    if spec.dtype == "fp8" and b != "flash_attn.fa3" and not b.startswith("te."):
+        return "fp8 covered for FA3 and TransformerEngine only"
     return None
 
 

@@ -68,7 +68,9 @@ def test_only_expressible_cases_are_planned() -> None:
                    and c.seq_q != c.seq_kv for c in plan)
     assert {c.backend for c in plan if c.layout == "kvcache"} == {"flash_attn.fa2",
                                                                   "flash_attn.fa3"}
-    assert {c.backend for c in plan if c.dtype == "fp8"} == {"flash_attn.fa3"}
+    assert {c.backend for c in plan if c.dtype == "fp8"} == {"flash_attn.fa3", "te.flash",
+                                                              "te.fused", "te.unfused"}
+    assert {c.backend for c in plan if c.softcap} >= {"te.flash", "te.fused", "te.unfused"}
     assert all(c.dropout == 0 or c.head_dim_v >= c.seq_kv for c in plan)
 
 

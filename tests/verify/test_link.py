@@ -69,9 +69,9 @@ def test_failure_of_a_known_issue_outside_the_workload_names_the_rule() -> None:
 
 
 def test_failure_of_an_adapter_never_run_on_a_gpu_is_a_warning_that_says_so() -> None:
-    case = "flash_attn.fa2/bf16/hd128/causal/fwdbwd"
-    r = report_with(CaseResult(case, "flash_attn.fa2", "crashed", "TypeError: forward() got an unexpected keyword"))
-    f = finding(r, "KERNEL-FLASH-ATTN-FA2-CRASHED")
+    case = "flash_attn.fa3/bf16/hd128/causal/fwdbwd"
+    r = report_with(CaseResult(case, "flash_attn.fa3", "crashed", "TypeError: forward() got an unexpected keyword"))
+    f = finding(r, "KERNEL-FLASH-ATTN-FA3-CRASHED")
     assert f.severity == "warning" and "not yet run on a real GPU" in f.message
 
 
