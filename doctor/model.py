@@ -103,6 +103,7 @@ class Facts:
     host: Optional[str] = None
     unknown: Mapping[str, str] = field(default_factory=dict)  # fact path -> why it could not be probed
     source: str = "probe"  # "probe" or the snapshot file it came from
+    contracts: Optional[Mapping[str, Any]] = None  # the static contract analysis (doctor.probe.contracts)
 
 
 
@@ -240,6 +241,10 @@ class Workload:
     def padding(self) -> bool:
         return self.mask.startswith("padding")
 
+    @property
+    def q_longer_than_kv(self) -> bool:
+        return self.seq_len_q > self.seq_len_kv
+
     # Sequence parallelism splits heads (Ulysses all-to-all) and the sequence over cp_size ranks.
     @property
     def cp_heads_divisible(self) -> bool:
@@ -281,6 +286,7 @@ WORKLOAD_DERIVED = (
     "bottom_right",
     "causal",
     "padding",
+    "q_longer_than_kv",
     "cp_heads_divisible",
     "cp_kv_heads_divisible",
     "cp_kv_heads_repeatable",

@@ -309,7 +309,11 @@ def _files(dirs: Iterable[Path]) -> List[Path]:
             continue
         if not d.is_dir():
             raise RuleError("no such rule file or folder", path=str(d), hint="pass a .yaml file or a folder of them")
-        out.extend(sorted(p for p in d.rglob("*.y*ml") if p.suffix in (".yaml", ".yml")))
+        # rules/contracts/ holds caller/callee pairs (doctor.probe.contract_specs), not rules
+        out.extend(sorted(
+            p for p in d.rglob("*.y*ml")
+            if p.suffix in (".yaml", ".yml") and "contracts" not in p.relative_to(d).parts[:-1]
+        ))
     return out
 
 
