@@ -23,7 +23,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from doctor.errors import InputError
-from doctor.fix.wheels import RELEASES_URL, WheelChoice, _ci_tag
+from doctor.releases.wheels import RELEASES_URL, WheelChoice, _ci_tag
 from doctor.releases.catalogue import ReleaseCatalogue, torch_bundle
 from doctor.resources import rules_dir
 from doctor.versions import parse_version

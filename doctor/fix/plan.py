@@ -30,7 +30,7 @@ from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequ
 from doctor.fix.install import extras_for, install_commands
 from doctor.fix.recheck import apply_fix, compare
 from doctor.fix.resolve import Resolution, resolve
-from doctor.fix.wheels import WheelChoice, choose_wheel, wheel_target
+from doctor.releases.wheels import WheelChoice, choose_wheel, wheel_target
 from doctor.model import Facts, Finding, Fix, Pin, Severity, Workload
 from doctor.releases.catalogue import ReleaseCatalogue, torch_bundle
 from doctor.rules.conditions import Context

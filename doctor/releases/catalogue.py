@@ -30,6 +30,8 @@ CATALOGUE_PACKAGES = (
     "transformers",
     "xtuner",
     "axolotl",
+    "accelerate",
+    "xformers",
     "transformer-engine-cu12",
     "transformer-engine-torch",
     "nvidia-cudnn-cu11",
