@@ -149,9 +149,12 @@ class ReleaseCatalogue:
 
 
 def _read(path: Path) -> Dict[str, Any]:
+    from doctor.bounded import load_document
+    from doctor.errors import InputError
+
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        doc, _ = load_document(path, "json", what="release catalogue file")
+    except (InputError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}
 

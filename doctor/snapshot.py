@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+from doctor.bounded import parse_document, read_text
 from doctor.errors import InputError
 from doctor.model import SCHEMA_VERSION
 
@@ -39,6 +40,16 @@ SECTIONS = (
     "torch", "cuda", "cudnn", "gpus", "imports", "env", "unknown", "provenance",
 )
 _CC = re.compile(r"^\d+\.\d+$")
+# Fields that hold a version. A value must start like one (PEP 440, or the local/NGC/ROCm forms
+# that begin with a numeric release: 2.3.0a0+6ddf5cf.nv24.04, 6.0.32830-d62f6a171, 90100);
+# "latest", "abc" or "" would make rules pass or fire on a version nobody has.
+VERSION_FIELDS = {
+    "torch": ("version", "cuda", "hip", "cudnn_version"),
+    "cuda": ("driver_version", "driver_cuda", "runtime"),
+    "cudnn": ("version", "loaded", "installed", "bundled"),
+    "python": ("version",),
+}
+_VERSION_START = re.compile(r"^[vV]?\d+(?:\.\d+)*(?:$|[.+\-_!a-zA-Z0-9])")
 
 Key = Union[str, int]
 
@@ -221,6 +232,45 @@ def _check_imports(ck: _Checker, value: Any) -> Dict[str, Dict[str, Any]]:
     return imports
 
 
+def _is_version(value: str) -> bool:
+    return bool(_VERSION_START.match(value.strip())) and value == value.strip()
+
+
+def _check_version(ck: _Checker, value: Optional[str], where: Sequence[Key], what: str) -> None:
+    if value is None or _is_version(value):
+        return
+    raise ck.fail(
+        where,
+        f"{value!r} is not a version",
+        hint=f"write the {what} as the tool reports it (e.g. \"2.3.0\"), or remove the key if it is unknown",
+    )
+
+
+def _check_versions(ck: _Checker, out: Mapping[str, Any]) -> None:
+    for name, version in (out.get("packages") or {}).items():
+        _check_version(ck, version, ["packages", name], "installed version")
+    for section, keys in VERSION_FIELDS.items():
+        fields = out.get(section)
+        if isinstance(fields, Mapping):
+            for key in keys:
+                if isinstance(fields.get(key), str):
+                    _check_version(ck, fields[key], [section, key], "version")
+    cuda = out.get("cuda")
+    if isinstance(cuda, Mapping):
+        for name, version in (cuda.get("runtime_wheels") or {}).items():
+            _check_version(ck, version, ["cuda", "runtime_wheels", name], "version")
+    cudnn = out.get("cudnn")
+    if isinstance(cudnn, Mapping):
+        for rows in ("wheels", "system"):
+            for i, row in enumerate(cudnn.get(rows) or []):
+                if isinstance(row.get("version"), str):
+                    _check_version(ck, row["version"], ["cudnn", rows, i, "version"], "version")
+    for i, gpu in enumerate(out.get("gpus") or []):
+        mem = gpu.get("memory_mib")
+        if isinstance(mem, int) and mem < 0:
+            raise ck.fail(["gpus", i, "memory_mib"], f"memory must be >= 0 MiB, got {mem}")
+
+
 def validate_snapshot(doc: Any, path: Union[str, Path] = "<snapshot>", text: Optional[str] = None) -> Dict[str, Any]:
     """Check a parsed snapshot and return it normalized (ints that are versions become strings).
 
@@ -250,6 +300,17 @@ def validate_snapshot(doc: Any, path: Union[str, Path] = "<snapshot>", text: Opt
             hint="upgrade attn-doctor, or re-create the snapshot with this version's `attn-doctor probe --format json`",
         )
 
+    unknown_keys = [k for k in out if k not in SECTIONS]
+    if unknown_keys:
+        import difflib
+
+        key = unknown_keys[0]
+        close = difflib.get_close_matches(key, SECTIONS, n=1)
+        raise ck.fail(
+            [key],
+            f"unknown section {key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
+            hint="a snapshot holds " + ", ".join(SECTIONS) + "; is this a snapshot file?",
+        )
     for key in TOP_MAPS:
         if key in out:
             out[key] = ck.str_map(out[key], [key])
@@ -268,6 +329,7 @@ def validate_snapshot(doc: Any, path: Union[str, Path] = "<snapshot>", text: Opt
         out["gpus"] = _check_gpus(ck, out["gpus"])
     if "imports" in out:
         out["imports"] = _check_imports(ck, out["imports"])
+    _check_versions(ck, out)
     return out
 
 
@@ -281,7 +343,7 @@ def parse_snapshot(text: str, path: Union[str, Path] = "<snapshot>") -> Dict[str
     doc: Any
     if not as_yaml:
         try:
-            doc = json.loads(text)
+            doc = parse_document(text, "json", name=name, hint=RECREATE)
         except json.JSONDecodeError as exc:
             if suffix == ".json" or text.lstrip()[:1] in ("{", "["):
                 raise InputError(f"invalid JSON: {exc.msg}", path=name, line=exc.lineno, hint=RECREATE) from None
@@ -295,7 +357,7 @@ def _parse_yaml(text: str, name: str) -> Any:
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        return parse_document(text, "yaml", name=name, hint=RECREATE)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -307,28 +369,8 @@ def _parse_yaml(text: str, name: str) -> Any:
 
 def load_snapshot(path: Union[str, Path]) -> Dict[str, Any]:
     """Read a snapshot file. Raises InputError (exit 2) with file and line on any problem."""
-    p = Path(path)
-    name = str(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise InputError(
-            "no such snapshot file",
-            path=name,
-            hint="create one with `attn-doctor probe --format json > FILE`",
-        ) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, not a snapshot file", path=name) from None
-    except PermissionError:
-        raise InputError("cannot read the snapshot: permission denied", path=name) from None
-    except OSError as exc:
-        raise InputError(f"cannot read the snapshot: {exc.strerror or exc}", path=name) from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise InputError("not UTF-8 text (is this a snapshot file?)", path=name, line=line, hint=RECREATE) from None
-    return parse_snapshot(text, name)
+    text = read_text(path, what="snapshot file", hint=RECREATE)
+    return parse_snapshot(text, str(path))
 
 
 def dump(doc: Mapping[str, Any], fmt: str = "json") -> str:

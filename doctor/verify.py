@@ -780,13 +780,9 @@ def installed_backends(facts: Optional[Facts] = None) -> Set[str]:
 
 def _load_workload(path: str) -> Workload:
     """A workload file: a JSON or YAML mapping of doctor.model.Workload fields."""
-    text = Path(path).read_text(encoding="utf-8")
-    if path.endswith((".yaml", ".yml")):
-        import yaml
+    from doctor.bounded import load_document
 
-        data = yaml.safe_load(text)
-    else:
-        data = json.loads(text)
+    data, _ = load_document(path, "yaml" if path.endswith((".yaml", ".yml")) else "json", what="workload file")
     data = data.get("workload", data)
     names = {f.name for f in fields(Workload)}
     unknown = sorted(set(data) - names)

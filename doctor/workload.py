@@ -203,9 +203,9 @@ def load_workload_file(path: Path, base: Optional[Workload] = None) -> Workload:
     from doctor.errors import RuleError
 
     try:
-        doc = read_yaml(path)
+        doc = read_yaml(path, what="workload file")
     except RuleError as exc:  # same reader, but a workload is user input: exit 2 either way
-        raise InputError(exc.message.replace("file not found", "workload file not found"), path=str(path), line=exc.line, hint=exc.hint) from None
+        raise InputError(exc.message, path=str(path), line=exc.line, hint=exc.hint) from None
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
@@ -230,12 +230,12 @@ def _model_config_path(path: Path) -> Path:
 def workload_from_model(path: Path) -> Dict[str, Any]:
     """Workload keys derived from a Hugging Face config.json (no network, read as JSON)."""
     cfg_path = _model_config_path(path)
+    from doctor.bounded import load_document
+
     try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        cfg, _ = load_document(cfg_path, "json", what="model config")
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON: {exc.msg}", path=str(cfg_path), line=exc.lineno) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", path=str(cfg_path)) from None
     if not isinstance(cfg, dict):
         raise InputError("config.json must be a JSON object", path=str(cfg_path), line=1)
     text_cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else None

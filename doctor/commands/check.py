@@ -52,7 +52,7 @@ def check(
         raise InputError(f"--fail-on {fail_on!r}", hint="use error, warning or info")
     if timeout <= 0:
         raise InputError(f"--timeout {timeout:g}: must be a positive number of seconds")
-    flags = parse_workload_flags(ctx.args)
+    flags = parse_workload_flags(ctx.args, "check")
     env_files = _expand_env(env or [])
     if kernels_only and (no_kernels or env_files or assume or assume_env):
         raise InputError("--kernels-only runs kernels here: it cannot be combined with --no-kernels, --env or --assume")

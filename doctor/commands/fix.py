@@ -46,7 +46,7 @@ def fix(
         raise InputError("--output, --constraints and --dry-run go with --pin", hint="add --pin")
     if env and len(env) > 1:
         raise InputError("fix plans for one environment: pass one --env")
-    flags = parse_workload_flags(ctx.args)
+    flags = parse_workload_flags(ctx.args, "fix")
     inputs = core.load_inputs(
         env_files=env or [],
         workload_file=workload,

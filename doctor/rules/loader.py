@@ -137,20 +137,17 @@ def _make_loader() -> type:
 _LOADER: List[type] = []
 
 
-def read_yaml(path: Path) -> Any:
+def read_yaml(path: Path, what: str = "rule file") -> Any:
     """Parse YAML safely (no python tags), recording the line of every mapping and key."""
     import yaml
 
     if not _LOADER:
         _LOADER.append(_make_loader())
+    from doctor.bounded import parse_document, read_text
+
+    text = read_text(path, what=what, error=RuleError)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RuleError("file not found", path=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RuleError(f"cannot read: {exc}", path=str(path)) from None
-    try:
-        return yaml.load(text, Loader=_LOADER[0])  # noqa: S506 - safe loader subclass
+        return parse_document(text, "yaml", name=str(path), yaml_loader=_LOADER[0], error=RuleError)
     except RuleError as exc:
         exc.path = str(path)
         raise
