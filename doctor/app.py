@@ -106,6 +106,14 @@ def fail_count(report: Report, fail_on: str, strict: bool) -> int:
     """How many findings are at or above the failure threshold (`--fail-on`)."""
     levels = {"error": 0, "warning": 1, "info": 2}
     limit = levels[fail_on]
+    if report.hosts:  # fleet view: the worst over the hosts, plus what differs between them
+        from doctor.cluster.hetero import AREA
+        from doctor.fleet import host_fail_count
+
+        fleet_wide = [f for f in report.findings if f.area == AREA and f.status != "not_evaluated"]
+        return sum(host_fail_count(h, fail_on, strict) for h in report.hosts) + sum(
+            1 for f in fleet_wide if levels.get(f.severity, 2) <= limit
+        )
     # --strict: a framework whose backend choice is undecided counts like an unevaluated rule
     n = len({b.framework for b in report.backends if b.available is None}) if strict else 0
     for f in report.findings:
@@ -126,41 +134,10 @@ def kernels_only(report: Report) -> Report:
 
 
 def check_fleet(inputs: Inputs, env_files: Sequence[Path]) -> Report:
-    """Offline fleet view: the rules on every snapshot, merged, plus what differs between them.
+    """Offline fleet view: every rule on every snapshot, per host (see doctor/fleet.py)."""
+    from doctor.fleet import check_fleet as fleet
 
-    A finding that fires on some snapshots only says where; one that fires everywhere says so.
-    The report's facts and backends are those of the first snapshot."""
-    from doctor.cluster.hetero import analyze
-
-    docs = [(str(env_files[0]), inputs.snapshot or {})]
-    docs += [(str(p), probe_snapshot(env_file=Path(p))) for p in env_files[1:]]
-    labels = [str(doc.get("host") or Path(path).stem) for path, doc in docs]
-    merged: Dict[str, Finding] = {}
-    where: Dict[str, List[str]] = {}
-    results: Dict[str, str] = {}
-    first: Optional[Report] = None
-    for (path, doc), label in zip(docs, labels):
-        facts = inputs.facts if first is None else apply_assumed(facts_from_snapshot(doc, source=path), inputs)
-        rep = check(replace(inputs, facts=facts, snapshot=doc))
-        first = first or rep
-        for f in rep.findings:
-            merged.setdefault(f.rule_id, f)
-            where.setdefault(f.rule_id, []).append(label)
-        for rid, st in rep.rule_results:
-            if results.get(rid) != "fired":
-                results[rid] = st if results.get(rid) != "not_evaluated" or st == "fired" else "not_evaluated"
-    assert first is not None
-    findings: List[Finding] = []
-    for rid, f in merged.items():
-        hosts = where[rid]
-        if len(hosts) < len(docs):
-            f = replace(f, title=f"[{', '.join(hosts)}] {f.title}", evidence=f.evidence + (f"on {', '.join(hosts)} only",))
-        else:
-            f = replace(f, evidence=f.evidence + (f"on all {len(docs)} snapshots",))
-        findings.append(f)
-    hetero = tuple(analyze([(label, None, doc) for (path, doc), label in zip(docs, labels)]))
-    rule_results = tuple(results.items()) + tuple((f.rule_id, "fired") for f in hetero)
-    return replace(first, findings=hetero + tuple(findings), rule_results=rule_results)
+    return fleet(inputs, env_files)
 
 
 def apply_assumed(facts: Facts, inputs: Inputs) -> Facts:

@@ -347,6 +347,16 @@ class CaseResult:
 
 
 @dataclass(frozen=True)
+class HostResult:
+    """One snapshot of a fleet view (`check --env A --env B ...`), evaluated on its own."""
+
+    label: str  # host name (or file stem), unique within the fleet
+    source: str  # the snapshot file
+    findings: Tuple[Tuple[str, str, str], ...] = ()  # (rule id, severity, status) of what it reported
+    undecided: Tuple[str, ...] = ()  # frameworks whose backend choice is undecided on this host
+
+
+@dataclass(frozen=True)
 class Report:
     facts: Facts
     workload: Workload
@@ -357,3 +367,4 @@ class Report:
     assumed: Tuple[str, ...] = ()  # --assume / --assume-env applied
     rule_results: Tuple[Tuple[str, str], ...] = ()  # (rule id, fired|passed|not_evaluated)
     kernel_summary: Tuple[Tuple[str, str], ...] = ()  # (label, value) lines from the kernel run
+    hosts: Tuple[HostResult, ...] = ()  # fleet view: every snapshot's own result

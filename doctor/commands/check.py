@@ -114,20 +114,16 @@ def _render(report, format: str, fail_on: str, strict: bool, verbose: bool) -> s
         width = max(80, min(os.get_terminal_size().columns, 160)) if sys.stdout.isatty() else 100
     except OSError:
         pass
-    return render_check(report, verbose=verbose, color=use_color(), width=width)
+    return render_check(report, verbose=verbose, color=use_color(), width=width, fail_on=fail_on, strict=strict)
 
 
 def _expand_env(paths: List[Path]) -> List[Path]:
-    out: List[Path] = []
-    for p in paths:
-        if p.is_dir():
-            found = sorted(x for x in p.iterdir() if x.suffix in (".json", ".yaml", ".yml"))
-            if not found:
-                raise InputError("no snapshots (*.json, *.yaml) in folder", path=str(p))
-            out.extend(found)
-        else:
-            out.append(p)
-    return out
+    from doctor.fleet import expand_env
+
+    files, skipped = expand_env(paths)
+    for path, why in skipped:
+        sys.stderr.write(f"attn-doctor: skipped {path}: {why}\n")
+    return files
 
 
 def _run_kernels(inputs, quiet: bool):  # type: ignore[no-untyped-def]

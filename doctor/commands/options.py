@@ -50,7 +50,11 @@ def parse_workload_flags(args: Sequence[str], command: str = "check") -> Dict[st
             i += 1
             continue
         if key not in FLAG_KEYS:
-            raise InputError(f"no such option: {arg}", hint=help_hint)
+            import difflib
+
+            close = difflib.get_close_matches(key, FLAG_KEYS + ("inference",), n=1)
+            guess = f"did you mean --{close[0].replace('_', '-')}? " if close else ""
+            raise InputError(f"no such option: {arg}", hint=guess + help_hint)
         if key in BOOL_KEYS:
             if eq and (negate or inline.lower() not in _TRUE + _FALSE):
                 raise InputError(
