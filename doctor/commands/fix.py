@@ -133,7 +133,10 @@ def _write_pins(plan, path: Path, constraints: bool, dry_run: bool, format: str)
     for w in result.warnings:
         sys.stderr.write(f"attn-doctor: warning: {w}\n")
     if dry_run:
-        (sys.stderr if format == "json" else sys.stdout).write(result.diff or f"{path}: no change\n")
+        from doctor.probe.envvars import scrub
+
+        diff = "".join(scrub(line) for line in (result.diff or "").splitlines(keepends=True))
+        (sys.stderr if format == "json" else sys.stdout).write(diff or f"{path}: no change\n")
     elif not result.changed:
         sys.stderr.write(f"attn-doctor: {path} already has these pins\n")
     else:
