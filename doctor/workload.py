@@ -222,7 +222,7 @@ def load_workload_file(path: Path, base: Optional[Workload] = None) -> Workload:
 def _model_config_path(path: Path) -> Path:
     if path.is_dir():
         path = path / "config.json"
-    if not path.is_file():
+    if not path.exists():
         raise InputError("model config not found", path=str(path), hint="pass a config.json or a model folder holding one")
     return path
 

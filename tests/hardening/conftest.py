@@ -1,0 +1,29 @@
+"""Fixtures for the hardening tests (issue 10): the CLI run in-process, the cache in a temp dir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Tuple
+
+import pytest
+
+Result = Tuple[int, str, str]
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., Result]:
+    """Run `attn-doctor ARGS` in this process: (exit code, stdout, stderr)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("NO_COLOR", "1")
+
+    def run(*args: str) -> Result:
+        from doctor.cli import main
+
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exc:
+            main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        code = exc.value.code
+        return (code if isinstance(code, int) else 0 if code is None else 1), out, err
+
+    return run
