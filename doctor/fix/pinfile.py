@@ -281,8 +281,18 @@ def write_pinfile(path: Path, pins: Sequence[Pin], *, constraints: bool = False,
     if path.exists() and not path.is_file():
         raise WriteError(f"cannot write {path}: not a regular file", hint="pass a requirements file path with -o")
     old = _read_existing(path)
-    _refuse_other_formats(path, old, pins)
-    new, warnings = render_pinfile(old, pins, constraints=constraints, base_dir=path.parent)
+    from doctor.fix.pyproject import is_pyproject, render_pyproject
+
+    if path.suffix.lower() == ".toml" and old is not None and is_pyproject(old):
+        if constraints:
+            raise WriteError(
+                f"{path}: constraints go in a file of their own, not into pyproject.toml; not touched",
+                hint="`--pin --constraints -o constraints.txt`, then `pip install -c constraints.txt .`",
+            )
+        new, warnings = render_pyproject(old, pins)
+    else:
+        _refuse_other_formats(path, old, pins)
+        new, warnings = render_pinfile(old, pins, constraints=constraints, base_dir=path.parent)
     diff = "".join(
         difflib.unified_diff(
             (old or "").splitlines(keepends=True),
