@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from harden_util import SEED003, one_line, run_bounded
 
-from doctor.bounded import MAX_DEPTH, load_document, read_text
 from doctor.errors import InputError, RuleError
 
 LIMIT = 1500 * 1024 * 1024  # address space for a child: torch-free attn-doctor needs far less
@@ -72,6 +71,8 @@ def test_ten_thousand_levels_of_nesting_are_an_input_error(tmp_path: Path, name:
 
 
 def test_nesting_just_under_the_limit_still_loads(tmp_path: Path) -> None:
+    from doctor.bounded import MAX_DEPTH, load_document
+
     f = tmp_path / "ok.json"
     f.write_text(json.dumps({"a": json.loads("[" * (MAX_DEPTH - 2) + "]" * (MAX_DEPTH - 2))}))
     doc, _ = load_document(f, "json")
@@ -98,6 +99,8 @@ def test_dev_zero_is_refused_without_reading_it(tmp_path: Path, flag: str) -> No
 
 
 def test_size_limit_and_error_class(tmp_path: Path) -> None:
+    from doctor.bounded import read_text
+
     f = tmp_path / "big.yaml"
     f.write_text("x: " + "a" * 100 + "\n")
     with pytest.raises(RuleError) as exc:
@@ -108,6 +111,8 @@ def test_size_limit_and_error_class(tmp_path: Path) -> None:
 
 
 def test_shipped_rules_and_seeds_are_within_the_limits() -> None:
+    from doctor.bounded import load_document
+
     root = Path(__file__).resolve().parents[2]
     files = sorted((root / "rules").rglob("*.yaml")) + sorted((root / "docs" / "examples" / "seeds").glob("*"))
     assert files

@@ -99,5 +99,8 @@ def test_workload_line_names_every_non_default_setting(cli) -> None:  # type: ig
 
 
 def test_markdown_info_findings_have_an_icon(cli) -> None:  # type: ignore[no-untyped-def]
-    _, out, _ = cli("check", "--env", SEED003, "-f", "markdown")
+    from harden_util import WORKLOAD003
+
+    _, out, _ = cli("check", "--env", SEED003, "-w", WORKLOAD003, "-f", "markdown")
+    assert "`FA-NO-KERNEL-FOR-WORKLOAD`" in out  # an info finding on this seed
     assert "####  `" not in out

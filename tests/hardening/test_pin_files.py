@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from harden_util import SEED003, WORKLOAD003, one_line
 
-from doctor.fix.pinfile import STALE_TMP_S, Pin, write_pinfile
+from doctor.fix.pinfile import Pin, write_pinfile
 from doctor.errors import WriteError
 
 PYPROJECT = '[project]\nname = "x"\ndependencies = ["transformer-engine==2.3.0"]\n\n[tool.x]\nkeep = "me"\n'
@@ -84,6 +84,8 @@ def test_pin_still_writes_requirements_and_constraints_files(cli, tmp_path: Path
 
 
 def test_stale_temporary_files_of_a_killed_write_are_removed(tmp_path: Path) -> None:
+    from doctor.fix.pinfile import STALE_TMP_S
+
     req = tmp_path / "requirements.txt"
     req.write_text("numpy\n")
     stale = tmp_path / ".requirements.txt.abc123.tmp"
