@@ -25,7 +25,7 @@ def probe_snapshot(env_file: Optional[Path] = None, loaded: bool = True) -> Dict
         doc = load_snapshot(env_file)
         env = doc.get("env")
         if isinstance(env, dict):  # a hand-written snapshot may carry secrets: never echo them
-            doc["env"] = {k: REDACTED if is_secret_name(k) else scrub(str(v)) for k, v in env.items()}
+            doc["env"] = {k: REDACTED if is_secret_name(k) else scrub(str(v), random_strings=True) for k, v in env.items()}
         return doc
     from doctor.probe import collect
 

@@ -129,15 +129,16 @@ def is_secret_name(name: str) -> bool:
     return any(word in upper for word in SECRET_WORDS)
 
 
-def scrub(text: str) -> str:
-    """`text` with credentials in URLs, query strings, options, known token shapes and long
-    random-looking strings replaced by "<redacted>"."""
+def scrub(text: str, *, random_strings: bool = False) -> str:
+    """`text` with credentials in URLs, query strings, options and known token shapes replaced
+    by "<redacted>". `random_strings`: also long random-looking runs (for environment values,
+    where nothing needs them; error messages keep them, a mangled C++ symbol looks random)."""
     text = _URL_USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
     text = _QUERY_SECRET.sub(lambda m: m.group(1) + REDACTED, text)
     text = _OPTION_SECRET.sub(lambda m: m.group(1) + REDACTED, text)
     text = _BEARER.sub(lambda m: m.group(1) + " " + REDACTED, text)
     text = _TOKENS.sub(REDACTED, text)
-    return _CANDIDATE.sub(_generic, text)
+    return _CANDIDATE.sub(_generic, text) if random_strings else text
 
 
 def is_relevant(name: str) -> bool:
@@ -151,5 +152,5 @@ def relevant(environ: Mapping[str, str]) -> Dict[str, str]:
         if not is_relevant(name):
             continue
         value = str(environ[name])
-        out[name] = REDACTED if is_secret_name(name) else scrub(value)
+        out[name] = REDACTED if is_secret_name(name) else scrub(value, random_strings=True)
     return out

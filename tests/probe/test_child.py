@@ -74,8 +74,8 @@ def test_hanging_import_times_out_and_earlier_results_survive(site: Path) -> Non
     assert time.monotonic() - start < 300  # cut at 15 s; the import would sleep 600 s
     assert doc["imports"]["flash_attn"]["status"] == "ok"
     assert doc["imports"]["transformer_engine"]["status"] == "timeout"
-    assert "3 s" in doc["imports"]["transformer_engine"]["error"]
-    assert "did not finish within 3 s" in doc["unknown"]["imports.transformer_engine.pytorch"]
+    assert "15 s" in doc["imports"]["transformer_engine"]["error"]
+    assert "did not finish within 15 s" in doc["unknown"]["imports.transformer_engine.pytorch"]
     assert doc["torch"]["cxx11_abi"] is False  # reported before the hang
     assert "torch.cuda_available" in doc["unknown"]  # asked after the imports: never reached
 
