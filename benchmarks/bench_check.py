@@ -72,7 +72,7 @@ def main() -> None:
     cold = wall([exe, "check", "--no-kernels", "--format", "json"], 3)
     del os.environ["ATTN_DOCTOR_NO_CACHE"]
 
-    from doctor.model import facts_from_snapshot
+    from doctor.snapshot import facts_from_snapshot
     from doctor.rules.evaluate import diagnose
     from doctor.rules.loader import load_catalogue
     from doctor.workload import default_workload

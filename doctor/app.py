@@ -1,22 +1,76 @@
-"""Orchestration: probe / check return plain data and never print.
+"""Orchestration: each command's work, returning plain data; nothing here prints.
 
-    load_inputs()  facts (probe or --env snapshot, then --assume), workload, catalogue
-    check()        backends + findings (+ verified fixes) (+ kernel verdicts) -> Report
+    run_probe(ProbeOptions)            -> the snapshot document (live probe or --env file)
+    run_check(CheckOptions, observer)  -> Report   (facts, workload, rules once, kernels, fixes)
+    run_fix(FixOptions)                -> FixPlan
+    lint_rules(paths)                  -> the rule test cases that failed, and how many ran
+
+The commands in doctor/commands/ parse flags into these options, call one function here,
+render the result with doctor.report.render and return an exit code.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from doctor.model import Facts, Finding, Report, Workload, facts_from_snapshot
+from doctor.errors import InputError
+from doctor.model import Facts, Finding, Fix, Pin, Report, Severity, Workload
+from doctor.snapshot import facts_from_snapshot
 
 if TYPE_CHECKING:
+    from doctor.fix.plan import FixPlan
+    from doctor.probe.sources import Sources
+    from doctor.rules.cases import CaseOutcome
+    from doctor.rules.evaluate import Diagnosis
     from doctor.rules.loader import Catalogue
+    from doctor.verify.results import KernelRun
+    from doctor.verify.runner import Observer
 
 
-def probe_snapshot(env_file: Optional[Path] = None, loaded: bool = True) -> Dict[str, Any]:
+# --------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """How to probe this machine (the CLI's --static, --no-cache, --child-timeout)."""
+
+    static: bool = False  # no child process that imports torch
+    no_cache: bool = False  # re-run the loaded-facts child even when a cached result fits
+    child_timeout: Optional[float] = None  # seconds; None: the default (or $ATTN_DOCTOR_CHILD_TIMEOUT)
+
+    def sources(self) -> "Sources":
+        from doctor.probe.sources import Sources
+
+        return Sources.system(no_cache=self.no_cache, child_timeout=self.child_timeout)
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    env_files: Tuple[Path, ...] = ()  # snapshots instead of this machine (several: fleet view)
+    workload_file: Optional[Path] = None
+    model: Optional[Path] = None
+    workload_flags: Mapping[str, Any] = field(default_factory=dict)
+    assume: Tuple[str, ...] = ()  # NAME==VERSION
+    assume_env: Tuple[str, ...] = ()  # NAME=VALUE, NAME= or NAME
+    rules_dirs: Tuple[Path, ...] = ()
+    probe: ProbeOptions = field(default_factory=ProbeOptions)
+    kernels: bool = True  # run the kernel stage where torch and a GPU are present
+    kernels_only: bool = False  # GPU smoke test: keep only what the kernels saw
+    releases: Optional[Path] = None  # release catalogue folder (default: the shipped one)
+
+
+@dataclass(frozen=True)
+class FixOptions:
+    check: CheckOptions = field(default_factory=CheckOptions)
+    verify_args: Tuple[str, ...] = ()  # the user's inputs, repeated in the plan's re-check command
+
+
+# --------------------------------------------------------------------------- probe
+
+
+def probe_snapshot(env_file: Optional[Path] = None, loaded: bool = True, sources: Optional["Sources"] = None) -> Dict[str, Any]:
     """The snapshot document: read from `env_file`, or probed from this machine."""
     if env_file is not None:
         from doctor.probe.envvars import REDACTED, is_secret_name, scrub
@@ -29,7 +83,16 @@ def probe_snapshot(env_file: Optional[Path] = None, loaded: bool = True) -> Dict
         return doc
     from doctor.probe import collect
 
-    return collect(loaded=loaded)
+    return collect(loaded=loaded, sources=sources)
+
+
+def run_probe(opts: ProbeOptions, env_file: Optional[Path] = None) -> Dict[str, Any]:
+    if env_file is not None:
+        return probe_snapshot(env_file=env_file)
+    return probe_snapshot(loaded=not opts.static, sources=opts.sources())
+
+
+# --------------------------------------------------------------------------- inputs
 
 
 @dataclass(frozen=True)
@@ -37,54 +100,107 @@ class Inputs:
     facts: Facts
     workload: Workload
     catalogue: "Catalogue"
-    pins: Tuple[str, ...] = ()  # --assume, as given
+    pins: Tuple[Pin, ...] = ()  # --assume, parsed
     env_changes: Tuple[Tuple[str, Optional[str]], ...] = ()  # --assume-env, parsed (None: unset)
     snapshot: Optional[Mapping[str, Any]] = None  # the probed or loaded document
 
 
-def load_inputs(
-    env_files: Sequence[Path] = (),
-    workload_file: Optional[Path] = None,
-    model: Optional[Path] = None,
-    workload_flags: Optional[Mapping[str, Any]] = None,
-    assume: Sequence[str] = (),
-    assume_env: Sequence[str] = (),
-    rules_dirs: Sequence[Path] = (),
-    loaded: bool = True,
-) -> Inputs:
+def load_inputs(opts: CheckOptions) -> Inputs:
     """Everything `check` and `fix` need. Input errors raise InputError (exit 2)."""
-    from doctor.assume import parse_env_assignment, parse_pin
+    from doctor.assume import parse_env_assignment
     from doctor.rules.loader import load_catalogue
+    from doctor.versions import parse_pin
     from doctor.workload import resolve_workload
 
     # Parse cheap, user-typed input first so a typo fails before any probing.
-    for pin in assume:
-        parse_pin(pin)
-    env_changes = dict(parse_env_assignment(a) for a in assume_env)
-    workload = resolve_workload(workload_file, model, workload_flags)
-    catalogue = load_catalogue(list(rules_dirs))
-    if env_files:
-        doc = probe_snapshot(env_file=Path(env_files[0]))
-        source = str(env_files[0])
+    pins = tuple(parse_pin(text) for text in opts.assume)
+    env_changes = dict(parse_env_assignment(a) for a in opts.assume_env)
+    workload = resolve_workload(opts.workload_file, opts.model, opts.workload_flags)
+    catalogue = load_catalogue(list(opts.rules_dirs))
+    if opts.env_files:
+        doc = probe_snapshot(env_file=Path(opts.env_files[0]))
+        source = str(opts.env_files[0])
     else:
-        doc = probe_snapshot(loaded=loaded)
+        doc = run_probe(opts.probe)
         source = "probe"
     inputs = Inputs(
         facts=facts_from_snapshot(doc, source=source),
         workload=workload,
         catalogue=catalogue,
-        pins=tuple(assume),
+        pins=pins,
         env_changes=tuple(env_changes.items()),
         snapshot=doc,
     )
     return replace(inputs, facts=apply_assumed(inputs.facts, inputs))
 
 
-def check(inputs: Inputs, *, kernel_run: Optional[Any] = None, kernels_skipped: Optional[str] = None) -> Report:
-    """Backends, findings with verified fixes, and (when given) the kernels' verdicts."""
-    from doctor.rules.evaluate import diagnose, verified_fixes
+def expand_env_files(paths: Sequence[Path]) -> Tuple[Tuple[Path, ...], Tuple[Tuple[Path, str], ...]]:
+    """--env values: files as given, folders as the snapshot documents in them (recognised by
+    content). Returns (files, ((skipped file, why), ...)) so the command can say what it skipped."""
+    from doctor.fleet import expand_env
 
+    files, skipped = expand_env(paths)
+    return tuple(files), tuple(skipped)
+
+
+# --------------------------------------------------------------------------- check
+
+
+def run_check(opts: CheckOptions, observer: Optional["Observer"] = None) -> Report:
+    """`attn-doctor check`: the rules evaluated once, the kernel stage where it can run, fixes
+    verified by re-check, and for each fired error or warning the change `fix` would plan."""
+    from doctor.rules.evaluate import diagnose
+
+    if opts.kernels_only and (not opts.kernels or opts.env_files or opts.assume or opts.assume_env):
+        raise InputError("--kernels-only runs kernels here: it cannot be combined with --no-kernels, --env or --assume")
+    inputs = load_inputs(opts)
+    if len(opts.env_files) > 1:
+        return check_fleet(inputs, opts.env_files)
     diagnosis = diagnose(inputs.catalogue, inputs.facts, inputs.workload)
+    kernel_run, skipped = _kernel_stage(opts, inputs, diagnosis, observer)
+    report = check(inputs, diagnosis=diagnosis, kernel_run=kernel_run, kernels_skipped=skipped)
+    if opts.kernels_only:
+        if kernel_run is None:  # a GPU smoke test that ran nothing must not pass
+            raise InputError(f"--kernels-only: no kernel could run here ({skipped})", hint="run it on a machine with a CUDA GPU and torch")
+        return kernels_only(report)
+    return with_planned_fixes(report, inputs, diagnosis, opts.releases)
+
+
+def _kernel_stage(
+    opts: CheckOptions, inputs: Inputs, diagnosis: "Diagnosis", observer: Optional["Observer"]
+) -> Tuple[Optional["KernelRun"], Optional[str]]:
+    """Run the kernel cases when torch with CUDA and a GPU are present; else say why not."""
+    if not opts.kernels:
+        return None, "--no-kernels"
+    if opts.env_files:
+        return None, "facts come from a snapshot: kernels run only where the GPU is"
+    if inputs.pins or inputs.env_changes:
+        return None, "--assume: the kernels would test what is installed, not what is assumed"
+    from doctor import verify
+
+    ok, reason = verify.kernels_available(inputs.facts)
+    if not ok:
+        return None, reason
+    installed = {b.id for b in diagnosis.backends if "library not installed" not in b.reasons}
+    if "sdpa.math" in installed:
+        installed.add("sdpa.flex")
+    cases = verify.plan_cases(inputs.workload if inputs.workload.shape_given else None, installed)
+    return verify.run_cases(cases, observer=observer), None
+
+
+def check(
+    inputs: Inputs,
+    *,
+    diagnosis: Optional["Diagnosis"] = None,
+    kernel_run: Optional["KernelRun"] = None,
+    kernels_skipped: Optional[str] = None,
+) -> Report:
+    """Backends, findings with verified fixes, and (when given) the kernels' verdicts."""
+    from doctor.fix.recheck import verified_fixes
+    from doctor.rules.evaluate import diagnose
+
+    if diagnosis is None:
+        diagnosis = diagnose(inputs.catalogue, inputs.facts, inputs.workload)
     findings = verified_fixes(inputs.catalogue, inputs.facts, inputs.workload, diagnosis)
     report = Report(
         facts=inputs.facts,
@@ -92,27 +208,77 @@ def check(inputs: Inputs, *, kernel_run: Optional[Any] = None, kernels_skipped: 
         backends=diagnosis.backends,
         findings=findings,
         kernels_skipped=kernels_skipped,
-        assumed=inputs.pins + tuple(f"{k}={v}" if v is not None else f"unset {k}" for k, v in inputs.env_changes),
+        assumed=tuple(str(p) for p in inputs.pins) + tuple(f"{k}={v}" if v is not None else f"unset {k}" for k, v in inputs.env_changes),
         rule_results=tuple((r.rule_id, r.status) for r in diagnosis.results),
     )
     if kernel_run is not None:
-        from doctor.linking import link_kernels
+        from doctor.verify.link import link_kernels
 
         report = link_kernels(report, inputs.catalogue, kernel_run)
     return report
 
 
+def with_planned_fixes(report: Report, inputs: Inputs, diagnosis: "Diagnosis", releases: Optional[Path] = None) -> Report:
+    """Lead each fired error or warning with the change `attn-doctor fix` plans for it, so the
+    two commands recommend the same thing (the planner prefers a prebuilt wheel, a real
+    release that installs on this Python, and one consistent set over all findings)."""
+    from doctor.fix.plan import TARGET_SEVERITIES, plan_fixes
+    from doctor.fix.recheck import recheck
+    from doctor.releases.catalogue import load_release_catalogue
+
+    if not any(f.status == "fired" and f.severity in TARGET_SEVERITIES and f.fixes for f in report.findings):
+        return report
+    plan = plan_fixes(load_release_catalogue(releases), inputs.catalogue, inputs.facts, inputs.workload, diagnosis)
+    findings: List[Finding] = []
+    for f in report.findings:
+        mine = [c for c in plan.changes if c.rule_id == f.rule_id]
+        if f.status not in ("fired", "confirmed") or f.rule_id not in plan.cleared or not mine:
+            findings.append(f)
+            continue
+        planned = _combine([c.fix for c in mine])
+        result = recheck(inputs.catalogue, inputs.facts, inputs.workload, planned, (f.rule_id,), before=diagnosis)
+        planned = replace(planned, verified=True if result.verified else None, brings_up=result.new_warnings, planned=True)
+        rest = tuple(x for x in f.fixes if _action(x) != _action(planned))
+        findings.append(replace(f, fixes=(planned,) + rest))
+    return replace(report, findings=tuple(findings))
+
+
+def _combine(fixes: Sequence[Fix]) -> Fix:
+    if len(fixes) == 1:
+        return fixes[0]
+    pins: Dict[str, Pin] = {}
+    env: Dict[str, Optional[str]] = {}
+    workload: Dict[str, Any] = {}
+    for x in fixes:
+        pins.update({p.name: p for p in x.pins})
+        env.update(x.env)
+        workload.update(x.workload)
+    return Fix(
+        description="; ".join(x.description for x in fixes),
+        pins=tuple(pins.values()),
+        env=env,
+        config=tuple(c for x in fixes for c in x.config),
+        workload=workload,
+        cost="; ".join(x.cost for x in fixes if x.cost) or None,
+    )
+
+
+def _action(fix: Fix) -> Tuple[Any, ...]:
+    import json
+
+    return (tuple(sorted(fix.pins)), tuple(sorted(fix.env.items(), key=str)), json.dumps(dict(fix.workload), sort_keys=True, default=str))
+
+
 def fail_count(report: Report, fail_on: str, strict: bool) -> int:
     """How many findings are at or above the failure threshold (`--fail-on`)."""
-    levels = {"error": 0, "warning": 1, "info": 2}
-    limit = levels[fail_on]
+    limit = Severity(fail_on)
     if report.hosts:  # fleet view: the worst over the hosts, plus what differs between them
         from doctor.cluster.hetero import AREA
         from doctor.fleet import host_fail_count
 
         fleet_wide = [f for f in report.findings if f.area == AREA and f.status != "not_evaluated"]
         return sum(host_fail_count(h, fail_on, strict) for h in report.hosts) + sum(
-            1 for f in fleet_wide if levels.get(f.severity, 2) <= limit
+            1 for f in fleet_wide if f.severity.at_least(limit)
         )
     # --strict: a framework whose backend choice is undecided counts like an unevaluated rule
     n = len({b.framework for b in report.backends if b.available is None}) if strict else 0
@@ -122,7 +288,7 @@ def fail_count(report: Report, fail_on: str, strict: bool) -> int:
         if f.status == "not_evaluated":
             n += 1 if strict else 0
             continue
-        if levels.get(f.severity, 2) <= limit:
+        if f.severity.at_least(limit):
             n += 1
     return n
 
@@ -149,3 +315,45 @@ def apply_assumed(facts: Facts, inputs: Inputs) -> Facts:
     if inputs.env_changes:
         facts = apply_env(facts, dict(inputs.env_changes))
     return facts
+
+
+# --------------------------------------------------------------------------- fix
+
+
+def run_fix(opts: FixOptions) -> "FixPlan":
+    """`attn-doctor fix`: the least change that clears the fired errors and warnings."""
+    from doctor.fix.plan import plan_fixes, with_inputs
+    from doctor.releases.catalogue import load_release_catalogue
+    from doctor.rules.evaluate import diagnose
+
+    if len(opts.check.env_files) > 1:
+        raise InputError("fix plans for one environment: pass one --env")
+    if opts.check.releases is not None and not opts.check.releases.is_dir():
+        raise InputError("release catalogue folder not found", path=str(opts.check.releases))
+    inputs = load_inputs(opts.check)
+    rel = load_release_catalogue(opts.check.releases)
+    diagnosis = diagnose(inputs.catalogue, inputs.facts, inputs.workload)
+    plan = plan_fixes(rel, inputs.catalogue, inputs.facts, inputs.workload, diagnosis)
+    return with_inputs(plan, opts.verify_args)
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def lint_rules(paths: Sequence[Path]) -> Tuple[List["CaseOutcome"], int]:
+    """Load the built-in catalogue plus `paths` (validated on load), run the rule test cases
+    of the rules in `paths` (all rules when none), return (failures, cases run)."""
+    from doctor.resources import rules_dir
+    from doctor.rules.cases import run_rule_cases
+    from doctor.rules.loader import load_catalogue
+
+    builtin = rules_dir().resolve()
+    extra = [p for p in paths if builtin not in (Path(p).resolve(), *Path(p).resolve().parents)]
+    cat = load_catalogue(extra, builtin=True, use_cache=False)
+    own = [str(Path(p)) for p in paths]
+
+    def mine(rule: Any) -> bool:
+        return not own or any(rule.path.startswith(p) or rule.path == p for p in own)
+
+    outcomes = run_rule_cases(cat, mine)
+    return [o for o in outcomes if not o.ok], len(outcomes)

@@ -9,22 +9,11 @@ loads. Pure functions: nothing here touches the machine.
 from __future__ import annotations
 
 import re
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any, Iterable, Mapping, Optional, Tuple
 
 from doctor.errors import InputError
-from doctor.model import ContextParallel, Facts, ImportStatus, Workload, frozen_map
-from doctor.rules.conditions import normalize_dist
-
-_PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*([0-9][^\s;]*)\s*$")
-
-
-def parse_pin(text: str) -> Tuple[str, str]:
-    m = _PIN.match(text)
-    if not m:
-        raise InputError(f"--assume {text!r}: expected NAME==VERSION", hint="e.g. --assume flash-attn==2.5.8")
-    return normalize_dist(m.group(1)), m.group(2)
-
+from doctor.model import Facts, ImportStatus, Pin, Workload, frozen_map
 
 def parse_env_assignment(text: str) -> Tuple[str, Optional[str]]:
     """NAME=VALUE sets, NAME= sets empty, NAME (no '=') unsets."""
@@ -52,19 +41,19 @@ MODULES = {
 TORCH_EXTENSIONS = ("flash-attn", "flash-attn-3", "transformer-engine", "transformer-engine-torch", "xformers")
 
 
-def apply_pins(facts: Facts, pins: Iterable[str]) -> Facts:
+def apply_pins(facts: Facts, pins: Iterable[Pin]) -> Facts:
     """Facts as they would be after `pip install PIN ...`. A pinned package is assumed to be
     installed from the prebuilt wheel that matches this torch (the fix planner names it), so
     its import status becomes ok; a torch move assumes the same of torch's compiled extensions."""
-    from doctor.releases import torch_bundle
+    from doctor.releases.catalogue import torch_bundle
 
     packages = dict(facts.packages or {})
     torch, cudnn = facts.torch, facts.cudnn
     imports = dict(facts.imports)
     unknown = dict(facts.unknown)
     assumed_ok = ImportStatus(status="ok", cause="assumed: installed from the wheel matching this torch")
-    for text in pins:
-        name, version = parse_pin(text)
+    for pin in pins:
+        name, version = pin.name, pin.version
         packages[name] = version
         reinstalled = [name] + ([d for d in TORCH_EXTENSIONS if d in packages] if name == "torch" else [])
         for dist in reinstalled:
@@ -124,14 +113,9 @@ def apply_env(facts: Facts, assignments: Mapping[str, Optional[str]]) -> Facts:
 
 
 def apply_workload(workload: Workload, changes: Mapping[str, Any]) -> Workload:
+    """The workload with `changes` (workload keys, as in a workload file) laid over it."""
     if not changes:
         return workload
-    names = {f.name for f in fields(Workload)}
-    kwargs = {}
-    for key, value in changes.items():
-        if key == "context_parallel" and isinstance(value, Mapping):
-            value = ContextParallel(**{**workload.context_parallel.__dict__, **value})
-        if key not in names:
-            raise InputError(f"unknown workload field {key!r} in a fix")
-        kwargs[key] = value
-    return replace(workload, **kwargs)
+    from doctor.workload import build
+
+    return build(changes, base=workload, source=workload.source)

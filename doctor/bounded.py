@@ -1,8 +1,8 @@
 """Bounded reading of every user-supplied JSON/YAML input (snapshots, workloads, model configs,
 rule files, release catalogues).
 
-One entry point, `load_document`, so the limits live in one place (it is meant to move into
-doctor/yamlio.py with the YAML reader). It never blocks and never lets a small file grow into a
+The limits live in one place: `parse_document` (used by doctor.yamlio for every YAML file and
+by the JSON readers) and `read_text` (every input file). `load_document` is both together. It never blocks and never lets a small file grow into a
 large one in memory:
 
 - only regular files are read (a FIFO, /dev/zero, a socket or a directory is refused at once:
@@ -47,13 +47,14 @@ def read_text(
     error: Type[InputError] = InputError,
     hint: Optional[str] = None,
     max_bytes: int = MAX_BYTES,
+    not_found: Optional[str] = None,
 ) -> str:
     """The UTF-8 text of a regular file (a BOM is dropped), read without ever blocking."""
     name = str(path)
     try:
         fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise error(f"no such {what}", path=name, hint=hint) from None
+        raise error(not_found or f"no such {what}", path=name, hint=hint) from None
     except IsADirectoryError:
         raise error(f"is a directory, not a {what}", path=name) from None
     except PermissionError:

@@ -112,6 +112,11 @@ def _labelled(docs: Sequence[Tuple[str, Mapping[str, Any]]]) -> List[Tuple[str, 
     return final
 
 
+def _text(value: Any) -> str:
+    """An enum member's text ("error"), or the string itself."""
+    return str(getattr(value, "value", value))
+
+
 def _hosts_text(hosts: Sequence[str]) -> str:
     return ", ".join(hosts)
 
@@ -119,7 +124,7 @@ def _hosts_text(hosts: Sequence[str]) -> str:
 def check_fleet(inputs: "Inputs", env_files: Sequence[Path]) -> Report:
     from doctor.app import apply_assumed, check, probe_snapshot
     from doctor.cluster.hetero import analyze
-    from doctor.model import facts_from_snapshot
+    from doctor.snapshot import facts_from_snapshot
 
     docs = _labelled([(str(p), probe_snapshot(env_file=Path(p))) for p in env_files])
     reports: List[Tuple[str, str, Report]] = []
@@ -162,12 +167,12 @@ def check_fleet(inputs: "Inputs", env_files: Sequence[Path]) -> Report:
                 evidence += (f"passed on {_hosts_text(passed)}",)
             title = base.title if len(unknown) == n else f"[{_hosts_text(unknown)}] {base.title}"
         findings.append(replace(base, title=title, evidence=base.evidence + evidence))
-    findings.sort(key=lambda f: (f.status == "not_evaluated", LEVELS.get(f.severity, 3), order.get(f.rule_id, 0)))
+    findings.sort(key=lambda f: (f.status == "not_evaluated", LEVELS.get(_text(f.severity), 3), order.get(f.rule_id, 0)))
 
     statuses: Dict[str, List[str]] = {}
     for _, _, rep in reports:
         for rid, st in rep.rule_results:
-            statuses.setdefault(rid, []).append(st)
+            statuses.setdefault(rid, []).append(_text(st))
     results = {
         rid: "fired" if "fired" in sts else "not_evaluated" if "not_evaluated" in sts else sts[0]
         for rid, sts in statuses.items()
@@ -176,7 +181,7 @@ def check_fleet(inputs: "Inputs", env_files: Sequence[Path]) -> Report:
         HostResult(
             label=label,
             source=path,
-            findings=tuple((f.rule_id, f.severity, f.status) for f in rep.findings),
+            findings=tuple((f.rule_id, _text(f.severity), _text(f.status)) for f in rep.findings),
             undecided=tuple(sorted({b.framework for b in rep.backends if b.available is None})),
         )
         for label, path, rep in reports

@@ -6,16 +6,17 @@ rules  -> BackendStatus, Finding (with Fix)
 verify -> CaseResult
 report -> Report (everything above, ready for a formatter)
 
-`Facts` is a typed view of the snapshot JSON document (docs/snapshot.md). A section that is
-absent from a snapshot is `None` here and every fact under it is unknown; the reason is kept
-in `Facts.unknown`.
+`Facts` is a typed view of the snapshot JSON document (docs/snapshot.md; built by
+doctor.snapshot.facts_from_snapshot). A section that is absent from a snapshot is `None` here
+and every fact under it is unknown; the reason is kept in `Facts.unknown`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
+from enum import Enum
 from types import MappingProxyType
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Literal, Mapping, Optional, Tuple
 
 SCHEMA_VERSION = 1
 
@@ -104,80 +105,6 @@ class Facts:
         return replace(self, **changes)
 
 
-def _section(cls: type, data: Any) -> Any:
-    if not isinstance(data, Mapping):
-        return cls()
-    names = {f.name for f in fields(cls)}
-    kwargs = {k: v for k, v in data.items() if k in names}
-    if "arch_list" in kwargs and kwargs["arch_list"] is not None:
-        kwargs["arch_list"] = tuple(kwargs["arch_list"])
-    return cls(**kwargs)
-
-
-def _cuda_from_label(version: str) -> Optional[str]:
-    """'2.4.1+cu121' -> '12.1', '2.9.0+cu130' -> '13.0'; None when the label does not say."""
-    import re
-
-    m = re.search(r"\+cu(\d{2,3})\b", version)
-    return f"{m.group(1)[:-1]}.{m.group(1)[-1]}" if m else None
-
-
-def facts_from_snapshot(doc: Mapping[str, Any], source: str = "probe") -> Facts:
-    """Build Facts from a snapshot document (already checked by doctor.snapshot)."""
-    unknown = dict(doc.get("unknown") or {})
-    for key in ("packages", "gpus", "env"):
-        if key not in doc:
-            unknown.setdefault(key, "not in snapshot")
-    gpus = None
-    if isinstance(doc.get("gpus"), list):
-        gpus = tuple(
-            GpuInfo(
-                index=int(g.get("index", i)),
-                name=str(g.get("name", "unknown GPU")),
-                compute_capability=str(g.get("compute_capability")),
-                memory_mib=g.get("memory_mib"),
-            )
-            for i, g in enumerate(doc["gpus"])
-            if g.get("compute_capability") is not None
-        )
-    imports = {
-        name: ImportStatus(
-            status=str(st.get("status", "error")), error=st.get("error"), cause=st.get("cause"), fix=st.get("fix")
-        )
-        for name, st in (doc.get("imports") or {}).items()
-        if isinstance(st, Mapping)
-    }
-    packages = doc.get("packages")
-    torch = _section(TorchInfo, doc.get("torch"))
-    if "torch" not in doc:
-        # No torch section: the build facts are unknown, except what the version label says.
-        unknown.setdefault("torch", "no torch section in the snapshot")
-        if isinstance(packages, Mapping) and "torch" in packages:
-            version = str(packages["torch"])
-            torch = replace(torch, version=version, cuda=_cuda_from_label(version))
-            if torch.cuda is not None or version.endswith("+cpu"):
-                unknown.pop("torch", None)  # the label says which build it is
-    cudnn = _section(CudnnInfo, doc.get("cudnn"))
-    if cudnn.version is None:
-        cudnn = replace(cudnn, version=cudnn.loaded or torch.cudnn_version or cudnn.installed)
-    env = doc.get("env")
-    return Facts(
-        packages=frozen_map({str(k): str(v) for k, v in packages.items()})
-        if isinstance(packages, Mapping)
-        else None,
-        torch=torch,
-        cuda=_section(CudaInfo, doc.get("cuda")),
-        cudnn=cudnn,
-        gpus=gpus,
-        env=frozen_map({str(k): str(v) for k, v in env.items()}) if isinstance(env, Mapping) else None,
-        imports=MappingProxyType(imports),
-        python=_section(PythonInfo, doc.get("python")),
-        host=doc.get("host"),
-        unknown=MappingProxyType(unknown),
-        source=source,
-    )
-
-
 # --------------------------------------------------------------------------- workload
 
 MASKS = (
@@ -192,6 +119,28 @@ MASKS = (
 DTYPES = ("fp16", "bf16", "fp32", "fp8")
 QKV_FORMATS = ("bshd", "sbhd", "thd")
 CP_COMM_TYPES = ("p2p", "a2a", "all_gather", "a2a+p2p")
+# Who dispatches attention (the call path's first hop), how a batch is packed, and whose
+# context/sequence parallelism splits the sequence.
+FRAMEWORKS = (
+    "transformers",
+    "megatron",
+    "nemo",
+    "torchtitan",
+    "accelerate",
+    "deepspeed",
+    "unsloth",
+    "axolotl",
+    "llamafactory",
+    "verl",
+    "ms-swift",
+    "trl",
+    "xtuner",
+    "diffusers",
+    "peft",
+    "custom",
+)
+PACKINGS = ("padded", "varlen", "padding_free")
+CP_IMPLS = ("te", "torch_ring", "ulysses", "ring_flash_attn")
 ATTN_IMPLEMENTATIONS = (
     "eager",
     "sdpa",
@@ -205,6 +154,7 @@ ATTN_IMPLEMENTATIONS = (
 class ContextParallel:
     size: int = 1
     comm_type: str = "p2p"
+    impl: Optional[str] = None  # te | torch_ring | ulysses | ring_flash_attn; None: not stated
 
 
 @dataclass(frozen=True)
@@ -233,8 +183,16 @@ class Workload:
     fp8: bool = False
     context_parallel: ContextParallel = field(default_factory=ContextParallel)
     attn_implementation: Optional[str] = None
+    framework: Optional[str] = None  # who dispatches attention; None: not stated
+    model_type: Optional[str] = None  # config.json model_type (qwen2, llama, ...)
+    packing: str = "padded"  # padded | varlen | padding_free
     source: str = "default profile"
     defaulted: Tuple[str, ...] = ()
+
+    @property
+    def shape_given(self) -> bool:
+        """The user said something about the attention shape (else it is the default profile's)."""
+        return any(k not in self.defaulted for k in ("head_dim_qk", "head_dim_v", "num_heads", "num_kv_heads", "seq_len_q", "seq_len_kv"))
 
     # Derived facts, usable in rule conditions as workload.<name>.
     @property
@@ -262,6 +220,10 @@ class Workload:
         return self.context_parallel.comm_type if self.context_parallel.size > 1 else None
 
     @property
+    def cp_impl(self) -> Optional[str]:
+        return self.context_parallel.impl if self.context_parallel.size > 1 else None
+
+    @property
     def sliding_window(self) -> bool:
         return self.window_size is not None and tuple(self.window_size) != (-1, -1)
 
@@ -285,6 +247,7 @@ WORKLOAD_DERIVED = (
     "head_dim_max",
     "cp_size",
     "cp_comm_type",
+    "cp_impl",
     "sliding_window",
     "bottom_right",
     "causal",
@@ -293,26 +256,84 @@ WORKLOAD_DERIVED = (
 
 # --------------------------------------------------------------------------- rule results
 
-SEVERITIES = ("error", "warning", "info")
+class Severity(str, Enum):
+    """How bad a finding is, ordered: ERROR < WARNING < INFO in `sorted` (worst first).
+    Compares equal to its text ("error"), so JSON and YAML read and write it as a string."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        return _SEVERITY_RANK[self.value]
+
+    def at_least(self, threshold: "Severity") -> bool:
+        """As bad as `threshold` or worse."""
+        return self.rank <= threshold.rank
+
+    def __lt__(self, other: object) -> bool:  # worst first
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.rank < other.rank
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+_SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
+SEVERITIES = tuple(s.value for s in Severity)
+
+# fired | not_evaluated from the rules; after kernels: confirmed | refuted | not_run
+FindingStatus = Literal["fired", "not_evaluated", "confirmed", "refuted", "not_run"]
+FINDING_STATUSES: Tuple[str, ...] = ("fired", "not_evaluated", "confirmed", "refuted", "not_run")
+
+
+@dataclass(frozen=True, order=True)
+class Pin:
+    """`name==version` as a value: the canonical (PEP 503) name, the version, and extras
+    (`transformer-engine[pytorch]==2.1.0`). doctor.versions.parse_pin reads one."""
+
+    name: str
+    version: str
+    extras: Tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        extras = f"[{','.join(self.extras)}]" if self.extras else ""
+        return f"{self.name}{extras}=={self.version}"
 
 
 @dataclass(frozen=True)
 class Fix:
+    """One way to clear a finding: pins, environment settings, workload (configuration)
+    changes the doctor can re-check, and config advice it can only print."""
+
     description: str
-    pins: Tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
+    pins: Tuple[Pin, ...] = ()
+    env: Mapping[str, Optional[str]] = field(default_factory=dict)  # None: unset the variable
     config: Tuple[str, ...] = ()
+    workload: Mapping[str, Any] = field(default_factory=dict)  # workload keys it changes
     cost: Optional[str] = None
     verified: Optional[bool] = None  # True: re-checking with it applied clears the finding
+    brings_up: Tuple[str, ...] = ()  # warnings that fire only with it applied (doctor.fix.recheck)
+    planned: bool = False  # the change `attn-doctor fix` plans for this finding
+
+    @property
+    def checkable(self) -> bool:
+        """Something the doctor can apply and re-check (not only advice)."""
+        return bool(self.pins or self.env or self.workload)
 
 
 @dataclass(frozen=True)
 class Finding:
     rule_id: str
-    severity: str  # error | warning | info
+    severity: Severity
     title: str
     message: str  # rendered for these facts and this workload
-    status: str  # fired | not_evaluated ; after kernels: confirmed | refuted | not_run
+    status: FindingStatus
     fixes: Tuple[Fix, ...] = ()
     sources: Tuple[str, ...] = ()
     missing: Tuple[str, ...] = ()  # facts that were unknown (status not_evaluated)

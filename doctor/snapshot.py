@@ -10,12 +10,24 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import fields, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from doctor.bounded import parse_document, read_text
 from doctor.errors import InputError
-from doctor.model import SCHEMA_VERSION
+from doctor.model import (
+    SCHEMA_VERSION,
+    CudaInfo,
+    CudnnInfo,
+    Facts,
+    GpuInfo,
+    ImportStatus,
+    PythonInfo,
+    TorchInfo,
+    frozen_map,
+)
 
 RECREATE = "fix the file or re-create it with `attn-doctor probe --format json > FILE`"
 IMPORT_STATUSES = ("ok", "error", "missing", "timeout")
@@ -40,6 +52,7 @@ SECTIONS = (
     "torch", "cuda", "cudnn", "gpus", "imports", "env", "unknown", "provenance",
 )
 _CC = re.compile(r"^\d+\.\d+$")
+
 # Fields that hold a version. A value must start like one (PEP 440, or the local/NGC/ROCm forms
 # that begin with a numeric release: 2.3.0a0+6ddf5cf.nv24.04, 6.0.32830-d62f6a171, 90100);
 # "latest", "abc" or "" would make rules pass or fire on a version nobody has.
@@ -354,23 +367,89 @@ def parse_snapshot(text: str, path: Union[str, Path] = "<snapshot>") -> Dict[str
 
 
 def _parse_yaml(text: str, name: str) -> Any:
-    import yaml
+    from doctor.yamlio import load_yaml
 
-    try:
-        return parse_document(text, "yaml", name=name, hint=RECREATE)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or exc.context or "syntax error"
-        raise InputError(f"invalid YAML: {problem}", path=name, line=line, hint=RECREATE) from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"invalid YAML: {exc}", path=name, hint=RECREATE) from None
+    return load_yaml(text, name, hint=RECREATE)
 
 
 def load_snapshot(path: Union[str, Path]) -> Dict[str, Any]:
     """Read a snapshot file. Raises InputError (exit 2) with file and line on any problem."""
     text = read_text(path, what="snapshot file", hint=RECREATE)
     return parse_snapshot(text, str(path))
+
+
+def _section(cls: type, data: Any) -> Any:
+    if not isinstance(data, Mapping):
+        return cls()
+    names = {f.name for f in fields(cls)}
+    kwargs = {k: v for k, v in data.items() if k in names}
+    if "arch_list" in kwargs and kwargs["arch_list"] is not None:
+        kwargs["arch_list"] = tuple(kwargs["arch_list"])
+    return cls(**kwargs)
+
+
+def _cuda_from_label(version: str) -> Optional[str]:
+    """'2.4.1+cu121' -> '12.1', '2.9.0+cu130' -> '13.0'; None when the label does not say."""
+    import re
+
+    m = re.search(r"\+cu(\d{2,3})\b", version)
+    return f"{m.group(1)[:-1]}.{m.group(1)[-1]}" if m else None
+
+
+def facts_from_snapshot(doc: Mapping[str, Any], source: str = "probe") -> Facts:
+    """Build Facts from a snapshot document (already checked by doctor.snapshot)."""
+    unknown = dict(doc.get("unknown") or {})
+    for key in ("packages", "gpus", "env"):
+        if key not in doc:
+            unknown.setdefault(key, "not in snapshot")
+    gpus = None
+    if isinstance(doc.get("gpus"), list):
+        gpus = tuple(
+            GpuInfo(
+                index=int(g.get("index", i)),
+                name=str(g.get("name", "unknown GPU")),
+                compute_capability=str(g.get("compute_capability")),
+                memory_mib=g.get("memory_mib"),
+            )
+            for i, g in enumerate(doc["gpus"])
+            if g.get("compute_capability") is not None
+        )
+    imports = {
+        name: ImportStatus(
+            status=str(st.get("status", "error")), error=st.get("error"), cause=st.get("cause"), fix=st.get("fix")
+        )
+        for name, st in (doc.get("imports") or {}).items()
+        if isinstance(st, Mapping)
+    }
+    packages = doc.get("packages")
+    torch = _section(TorchInfo, doc.get("torch"))
+    if "torch" not in doc:
+        # No torch section: the build facts are unknown, except what the version label says.
+        unknown.setdefault("torch", "no torch section in the snapshot")
+        if isinstance(packages, Mapping) and "torch" in packages:
+            version = str(packages["torch"])
+            torch = replace(torch, version=version, cuda=_cuda_from_label(version))
+            if torch.cuda is not None or version.endswith("+cpu"):
+                unknown.pop("torch", None)  # the label says which build it is
+    cudnn = _section(CudnnInfo, doc.get("cudnn"))
+    if cudnn.version is None:
+        cudnn = replace(cudnn, version=cudnn.loaded or torch.cudnn_version or cudnn.installed)
+    env = doc.get("env")
+    return Facts(
+        packages=frozen_map({str(k): str(v) for k, v in packages.items()})
+        if isinstance(packages, Mapping)
+        else None,
+        torch=torch,
+        cuda=_section(CudaInfo, doc.get("cuda")),
+        cudnn=cudnn,
+        gpus=gpus,
+        env=frozen_map({str(k): str(v) for k, v in env.items()}) if isinstance(env, Mapping) else None,
+        imports=MappingProxyType(imports),
+        python=_section(PythonInfo, doc.get("python")),
+        host=doc.get("host"),
+        unknown=MappingProxyType(unknown),
+        source=source,
+    )
 
 
 def dump(doc: Mapping[str, Any], fmt: str = "json") -> str:

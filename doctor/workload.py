@@ -8,6 +8,7 @@ say so. Unknown keys are errors naming the key.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -16,8 +17,11 @@ from doctor.errors import InputError
 from doctor.model import (
     ATTN_IMPLEMENTATIONS,
     CP_COMM_TYPES,
+    CP_IMPLS,
     DTYPES,
+    FRAMEWORKS,
     MASKS,
+    PACKINGS,
     QKV_FORMATS,
     ContextParallel,
     Workload,
@@ -50,6 +54,9 @@ KEYS = (
     "fp8",
     "context_parallel",
     "attn_implementation",
+    "framework",
+    "model_type",
+    "packing",
 )
 
 _DTYPE_ALIASES = {
@@ -143,6 +150,15 @@ def build(
             out["qkv_format"] = _choice(key, value, QKV_FORMATS, path, line)
         elif key == "attn_implementation":
             out["attn_implementation"] = _choice(key, value, ATTN_IMPLEMENTATIONS, path, line)
+        elif key == "framework":
+            out["framework"] = _choice(key, str(value).replace("_", "-").replace("llama-factory", "llamafactory"), FRAMEWORKS, path, line)
+        elif key == "packing":
+            out["packing"] = _choice(key, str(value).replace("-", "_"), PACKINGS, path, line)
+        elif key == "model_type":
+            text = str(value).strip()
+            if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", text):
+                raise _bad(key, value, "expected a config.json model_type such as qwen2 or llama", path, line)
+            out["model_type"] = text.lower()
         elif key == "head_dim":
             out["head_dim_qk"] = out["head_dim_v"] = _int(key, value, path, line)
         elif key == "seq_len":
@@ -163,7 +179,18 @@ def build(
                 _int(key, value[1], path, line, minimum=-1),
             )
         elif key == "context_parallel":
-            out["context_parallel"] = _cp(value, path, line)
+            out["context_parallel"] = _cp(value, path, line, base.context_parallel)
+    # `varlen: true` and `packing: varlen` say the same thing; either sets the other.
+    if out.get("packing") == "varlen":
+        out["varlen"] = True
+    elif "packing" in out and "varlen" not in out:
+        out["varlen"] = False
+    elif out.get("varlen") is True and "packing" not in out:
+        out["packing"] = "varlen"
+    elif out.get("varlen") is False and "packing" not in out and base.packing == "varlen":
+        out["packing"] = "padded"
+    if out.get("varlen") is True and out.get("packing", "varlen") != "varlen":
+        raise _bad("packing", out["packing"], "contradicts varlen: true", path, lines.get("packing"))
     if "num_kv_heads" in out and "num_heads" not in out and out["num_kv_heads"] > base.num_heads:
         out["num_heads"] = out["num_kv_heads"]
     if "num_heads" in out and "num_kv_heads" not in out and base.num_kv_heads > out["num_heads"]:
@@ -181,17 +208,21 @@ def build(
 _ALL_FIELDS = tuple(f.name for f in fields(Workload) if f.name not in ("source", "defaulted"))
 
 
-def _cp(value: Any, path: Optional[str], line: Optional[int]) -> ContextParallel:
+def _cp(value: Any, path: Optional[str], line: Optional[int], base: ContextParallel = ContextParallel()) -> ContextParallel:
+    """`{size, comm_type, impl}` laid over `base` (a key not given keeps base's value)."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return ContextParallel(size=_int("context_parallel", value, path, line))
+        return replace(base, size=_int("context_parallel", value, path, line))
     if not isinstance(value, Mapping):
-        raise _bad("context_parallel", value, "expected {size: N, comm_type: p2p|a2a|all_gather|a2a+p2p}", path, line)
-    unknown = set(value) - {"size", "comm_type"}
+        raise _bad("context_parallel", value, "expected {size: N, comm_type: p2p|a2a|all_gather|a2a+p2p, impl: te|torch_ring|ulysses|ring_flash_attn}", path, line)
+    unknown = set(value) - {"size", "comm_type", "impl"}
     if unknown:
         raise InputError(f"workload: context_parallel: unknown key {sorted(unknown)[0]!r}", path=path, line=line)
-    size = _int("context_parallel.size", value.get("size", 1), path, line)
-    comm = _choice("context_parallel.comm_type", value.get("comm_type", "p2p"), CP_COMM_TYPES, path, line)
-    return ContextParallel(size=size, comm_type=comm)
+    size = _int("context_parallel.size", value.get("size", base.size), path, line)
+    comm = _choice("context_parallel.comm_type", value.get("comm_type", base.comm_type), CP_COMM_TYPES, path, line)
+    impl = value.get("impl", base.impl)
+    if impl is not None:
+        impl = _choice("context_parallel.impl", str(impl).replace("-", "_"), CP_IMPLS, path, line)
+    return ContextParallel(size=size, comm_type=comm, impl=impl)
 
 
 def default_workload() -> Workload:
@@ -199,20 +230,16 @@ def default_workload() -> Workload:
 
 
 def load_workload_file(path: Path, base: Optional[Workload] = None) -> Workload:
-    from doctor.rules.loader import _LineDict, read_yaml
-    from doctor.errors import RuleError
+    from doctor.yamlio import LineDict, read_yaml
 
-    try:
-        doc = read_yaml(path, what="workload file")
-    except RuleError as exc:  # same reader, but a workload is user input: exit 2 either way
-        raise InputError(exc.message, path=str(path), line=exc.line, hint=exc.hint) from None
+    doc = read_yaml(path, what="workload file")
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
         raise InputError("a workload file must be a mapping of workload keys", path=str(path), line=1)
     if "workload" in doc and len(doc) == 1 and isinstance(doc["workload"], dict):
         doc = doc["workload"]
-    lines = getattr(doc, "key_lines", {}) if isinstance(doc, _LineDict) else {}
+    lines = getattr(doc, "key_lines", {}) if isinstance(doc, LineDict) else {}
     return build(doc, base=base or default_workload(), source=str(path), path=str(path), lines=lines)
 
 
@@ -331,6 +358,8 @@ def _model_keys(cfg: Mapping[str, Any], where: str, overridden: Tuple[str, ...] 
             out["dtype"] = _MODEL_DTYPES[name]
         elif name != "auto":
             raise bad(dtype_key, dtype, "not a dtype attention runs in (bfloat16, float16, float32, float8_*); pass --dtype")
+    if isinstance(cfg.get("model_type"), str) and re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", cfg["model_type"]):
+        out["model_type"] = cfg["model_type"]  # the outer model's family, not its text_config's
     impl = c.get("_attn_implementation") or c.get("attn_implementation")
     if isinstance(impl, str) and impl in ATTN_IMPLEMENTATIONS:
         out["attn_implementation"] = impl

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Tuple
 
 from doctor.app import Inputs, check, fail_count
-from doctor.model import CaseResult, facts_from_snapshot
+from doctor.model import CaseResult
+from doctor.snapshot import facts_from_snapshot
 from doctor.rules.loader import load_catalogue
 from doctor.workload import resolve_workload
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from doctor.errors import ExitCode, InputError
-from doctor.model import facts_from_snapshot
+from doctor.snapshot import facts_from_snapshot
 from doctor.probe import collect
 from doctor.snapshot import dump, load_snapshot, validate_snapshot
 

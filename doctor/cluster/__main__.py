@@ -17,7 +17,7 @@ from typing import List, Optional
 from doctor.cluster.cp_attention import SCHEMES, CpConfig
 from doctor.cluster.gather import Timeouts
 from doctor.cluster.run import ClusterOptions, run_distributed
-from doctor.report.cluster_text import summary
+from doctor.cluster.text import summary
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -23,7 +23,7 @@ from doctor.cluster.report import (
     CpResult,
     RankRow,
 )
-from doctor.model import CaseResult, Finding, Fix
+from doctor.model import CaseResult, Finding, Severity, Fix
 
 AREA = "cluster"
 SRC_TORCHRUN = "https://docs.pytorch.org/docs/stable/elastic/run.html"
@@ -205,7 +205,7 @@ def missing_findings(table: Sequence[RankRow], waited: Mapping[str, float]) -> L
         out.append(
             Finding(
                 rule_id="CLUSTER-RANK-NEVER-JOINED",
-                severity="error",
+                severity=Severity.ERROR,
                 title=f"{len(never)} rank(s) never joined the job",
                 message=f"{_who(never)} never reached rank 0 within {waited.get('join', 0):g} s: the "
                 "process did not start, crashed at import, or cannot reach MASTER_ADDR:MASTER_PORT "
@@ -230,7 +230,7 @@ def missing_findings(table: Sequence[RankRow], waited: Mapping[str, float]) -> L
         out.append(
             Finding(
                 rule_id="CLUSTER-RANK-NO-ANSWER",
-                severity="error",
+                severity=Severity.ERROR,
                 title=f"{len(silent)} rank(s) hung or died during the check",
                 message=f"{_who(silent)} joined and then stopped answering: "
                 + "; ".join(lines)
@@ -260,7 +260,7 @@ def probe_findings(table: Sequence[RankRow]) -> List[Finding]:
     return [
         Finding(
             rule_id="CLUSTER-PROBE-FAILED",
-            severity="warning",
+            severity=Severity.WARNING,
             title="The environment could not be probed on some ranks",
             message="No snapshot from " + _who(failed) + ", so their facts were not compared: "
             + "; ".join(lines) + ".",
@@ -281,7 +281,7 @@ def error_findings(table: Sequence[RankRow]) -> List[Finding]:
     return [
         Finding(
             rule_id="CLUSTER-RANK-ERROR",
-            severity="error",
+            severity=Severity.ERROR,
             title="A check raised an error on some ranks",
             message="; ".join(lines) + ".",
             status="fired",
@@ -312,7 +312,7 @@ def kernel_findings(kernels: Sequence[Tuple[int, CaseResult]], table: Sequence[R
         out.append(
             Finding(
                 rule_id="CLUSTER-KERNEL-FAILED",
-                severity="error",
+                severity=Severity.ERROR,
                 title=f"Kernel case {case_id} fails on {len(bad)} rank(s)",
                 message=f"Kernel case {case_id} {fails[0][1].status} on "
                 f"{hetero.ranks_text([str(r) for r in bad], [hosts.get(r, '') for r in bad])}{side}: "
@@ -341,7 +341,7 @@ def comm_findings(comm: Optional[CommResult], table: Sequence[RankRow]) -> List[
     return [
         Finding(
             rule_id="CLUSTER-COMM-FAILED",
-            severity="error",
+            severity=Severity.ERROR,
             title=f"{comm.backend} collectives give wrong results or fail",
             message="The communication smoke test failed: " + "; ".join(lines) + ". Gradients and "
             "context-parallel K/V exchanges would be wrong or hang the same way.",
@@ -369,7 +369,7 @@ def cp_findings(cp: Sequence[CpResult]) -> List[Finding]:
         out.append(
             Finding(
                 rule_id=f"CLUSTER-CP-{res.scheme.upper().replace('_', '-')}",
-                severity="error",
+                severity=Severity.ERROR,
                 title=f"Context-parallel attention ({res.scheme}) disagrees with the reference",
                 message=f"Context-parallel {res.scheme} attention ({'causal' if res.causal else 'full'}; "
                 f"{shape}) {res.detail or 'failed'}"
@@ -418,8 +418,7 @@ def findings(
     out += cp_findings(cp)
     out += error_findings(table)
     out += probe_findings(table)
-    order = {"error": 0, "warning": 1, "info": 2}
-    out.sort(key=lambda f: order.get(f.severity, 3))
+    out.sort(key=lambda f: f.severity.rank)
     return tuple(out)
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from doctor.model import Finding, Fix
+from doctor.model import Finding, Fix, Pin, Severity
+from doctor.versions import canonical_name, is_version
 
 # One rank's snapshot: (label, host, snapshot document). host None: read it from the snapshot.
 Snapshot = Tuple[str, Optional[str], Mapping[str, Any]]
@@ -267,7 +268,7 @@ FACTS: Tuple[FactSpec, ...] = (
         "ranks run different Python builds: usually a sign of different images or environments",
         "use Python {majority} on {odd}",
         (SRC_TORCH,),
-        severity="warning",
+        severity=Severity.WARNING,
     ),
 )
 
@@ -382,7 +383,7 @@ def _finding(
     tail = f" (not known on {unknown.who()})" if unknown is not None else ""
     return Finding(
         rule_id=rule_id,
-        severity=severity,
+        severity=Severity(severity),
         title=f"{what} differs between ranks",
         message=f"{what} differs between ranks: {_describe(sides)}{tail}. Why it matters: {why}.",
         status="fired",
@@ -403,12 +404,12 @@ def _compare(
     return _sides([(label, host, get(doc)) for label, host, doc in snapshots])
 
 
-def _version_of(value: str) -> str:
-    """"flash-attn 2.6.3" -> "flash-attn==2.6.3" (one distribution) for a pin."""
+def _version_of(value: str) -> Optional[Pin]:
+    """"flash-attn 2.6.3" -> Pin("flash-attn", "2.6.3") (one distribution), else None."""
     if value == NOT_INSTALLED or "," in value:
-        return ""
+        return None
     name, _, version = value.partition(" ")
-    return f"{name}=={version}" if version else ""
+    return Pin(canonical_name(name), version) if version and is_version(version) else None
 
 
 def _fact_findings(
@@ -424,11 +425,11 @@ def _fact_findings(
             continue
         severity = spec.severity_of([s.value for s in sides]) if spec.severity_of else spec.severity
         majority, odd = sides[0].value, _odd(sides)
-        pins: Tuple[str, ...] = ()
-        if spec.pin and majority != NOT_INSTALLED:
-            pins = (f"{spec.pin}=={majority}",)
-        elif spec.pin_value and _version_of(majority):
-            pins = (_version_of(majority),)
+        pins: Tuple[Pin, ...] = ()
+        if spec.pin and majority != NOT_INSTALLED and is_version(majority):
+            pins = (Pin(canonical_name(spec.pin), majority),)
+        elif spec.pin_value and (whole := _version_of(majority)) is not None:
+            pins = (whole,)
         fix = Fix(
             description=spec.fix.format(majority=majority, odd=odd),
             pins=pins,
@@ -464,14 +465,14 @@ def _package_findings(snaps: Sequence[Tuple[str, str, Mapping[str, Any]]]) -> Li
         return []
     lines = [f"{name}: {_describe(sides)}" for name, sides, _ in differing]
     pins = tuple(
-        f"{name}=={sides[0].value}"
+        Pin(canonical_name(name), sides[0].value)
         for name, sides, _ in differing
-        if sides[0].value != NOT_INSTALLED
+        if sides[0].value != NOT_INSTALLED and is_version(sides[0].value)
     )
     return [
         Finding(
             rule_id="CLUSTER-HETERO-PACKAGES",
-            severity="warning",
+            severity=Severity.WARNING,
             title=f"{len(differing)} other Python package(s) differ between ranks",
             message="Installed packages differ between ranks (the images are not the same): "
             + " | ".join(lines)
@@ -580,7 +581,7 @@ def _not_comparable_finding(items: Sequence[Tuple[str, List[_Side], _Side]]) -> 
     ]
     return Finding(
         rule_id="CLUSTER-HETERO-UNKNOWN",
-        severity="warning",
+        severity=Severity.WARNING,
         title="Some facts could not be compared across ranks",
         message="These facts are known on some ranks and could not be probed on others, so "
         "they were not compared (a node where NVML or the probe fails is often the odd one): "
@@ -612,6 +613,5 @@ def analyze(snapshots: Sequence[Snapshot]) -> Tuple[Finding, ...]:
     findings += _env_findings(snaps)
     if not_comparable:
         findings.append(_not_comparable_finding(not_comparable))
-    rank = {"error": 0, "warning": 1, "info": 2}
-    findings.sort(key=lambda f: rank.get(f.severity, 3))
+    findings.sort(key=lambda f: f.severity.rank)
     return tuple(findings)

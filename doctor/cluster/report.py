@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from doctor.model import CaseResult, Finding
+from doctor.verify.results import KernelRun
 
 # Exit code of a distributed check that could not hear from every rank (a rank hung, died or
 # never joined; or this rank lost rank 0). Distinct from doctor.errors.ExitCode 0-3.
@@ -104,6 +105,7 @@ class ClusterReport:
     ranks: Tuple[RankRow, ...] = ()
     findings: Tuple[Finding, ...] = ()
     kernels: Tuple[Tuple[int, CaseResult], ...] = ()  # (rank, result) for every case run
+    kernel_run: Optional[KernelRun] = None  # the reporter's own run (specs, timings): linked like `check`
     comm: Optional[CommResult] = None
     cp: Tuple[CpResult, ...] = ()
     snapshots: Tuple[Tuple[int, Mapping[str, Any]], ...] = ()  # (rank, snapshot) of answered ranks

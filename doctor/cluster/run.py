@@ -28,13 +28,14 @@ from doctor.cluster.cp_attention import CpConfig
 from doctor.cluster.gather import Decision, NoWord, Session, Stopped, Timeouts, missing_since
 from doctor.cluster.launch import Launch, detect
 from doctor.cluster.report import ClusterReport, CommResult, CpResult
-from doctor.model import CaseResult, Workload
+from doctor.model import Workload
+from doctor.verify.results import KernelRun
 
 SUPERVISE_POLL_S = 0.5
 
 Probe = Callable[[bool], Dict[str, Any]]
-# (snapshot, workload, CUDA device index of this rank or None) -> results
-KernelRunner = Callable[[Mapping[str, Any], Optional[Workload], Optional[int]], Tuple[CaseResult, ...]]
+# (snapshot, workload, CUDA device index of this rank or None) -> this rank's kernel run
+KernelRunner = Callable[[Mapping[str, Any], Optional[Workload], Optional[int]], KernelRun]
 
 
 class KernelsSkipped(Exception):
@@ -71,12 +72,12 @@ def default_probe(loaded: bool) -> Dict[str, Any]:
 
 def default_kernels(
     snapshot: Mapping[str, Any], workload: Optional[Workload], device_index: Optional[int]
-) -> Tuple[CaseResult, ...]:
+) -> KernelRun:
     """This rank's kernel cases through doctor.verify, in its worker process, on this rank's GPU.
 
     The workload's own shapes on every installed backend (the default profile when None)."""
     from doctor import verify
-    from doctor.model import facts_from_snapshot
+    from doctor.snapshot import facts_from_snapshot
     from doctor.workload import DEFAULT
 
     facts = facts_from_snapshot(snapshot)
@@ -88,7 +89,7 @@ def default_kernels(
     if device_index is not None:
         visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
         env["CUDA_VISIBLE_DEVICES"] = visible[device_index] if device_index < len(visible) else str(device_index)
-    return tuple(verify.run_cases(cases, env=env, device="cuda" if env else "auto").results)
+    return verify.run_cases(cases, env=env, device="cuda" if env else "auto")
 
 
 def _cuda_usable() -> bool:
@@ -115,7 +116,7 @@ class _Work:
         self.device_name: Optional[str] = None
         self.snapshot: Optional[Dict[str, Any]] = None
         self.probe_error: Optional[str] = None
-        self.kernels: Tuple[CaseResult, ...] = ()
+        self.kernel_run: Optional[KernelRun] = None
         self.kernels_skipped: Optional[str] = None
         self.comm: Optional[CommResult] = None
         self.cp: Tuple[CpResult, ...] = ()
@@ -143,7 +144,7 @@ class _Work:
                 device_name=self.device_name,
                 snapshot=self.snapshot,
                 probe_error=self.probe_error,
-                kernels=self.kernels,
+                kernels=self.kernel_run.results if self.kernel_run else (),
                 kernels_skipped=self.kernels_skipped,
                 comm=self.comm,
                 cp=self.cp,
@@ -242,7 +243,7 @@ def _worker(session: Session, options: ClusterOptions, backend: str, work: _Work
             try:
                 index = device.index if device.type == "cuda" else None
                 runner = options.kernel_runner or default_kernels
-                work.set(kernels=runner(snapshot, options.workload, index))
+                work.set(kernel_run=runner(snapshot, options.workload, index))
             except KernelsSkipped as exc:
                 work.set(kernels_skipped=str(exc))
             except Exception as exc:  # noqa: BLE001 - a broken verify stage: skipped, with why
@@ -307,6 +308,7 @@ def _report_rank0(
     joined: Mapping[int, Mapping[str, Any]],
     started: float,
     hard_exit: bool,
+    kernel_run: Optional[KernelRun] = None,
 ) -> ClusterReport:
     launch = session.launch
     last = {r: session.last_phase(r) for r in range(launch.world_size) if r not in payloads}
@@ -338,6 +340,7 @@ def _report_rank0(
         ranks=table,
         findings=found,
         kernels=kernels,
+        kernel_run=kernel_run,
         comm=comm,
         cp=cp,
         notes=tuple(notes),
@@ -491,7 +494,7 @@ def run_distributed(options: ClusterOptions) -> ClusterReport:
         stuck = not work.done.is_set()
         if stuck and not sigterm.fired:
             notes_list.append(f"rank 0's own checks did not finish (stuck in phase {work.phase!r})")
-        report = _report_rank0(session, options, backend, payloads, decisions, members, notes_list, joined, started, stuck)
+        report = _report_rank0(session, options, backend, payloads, decisions, members, notes_list, joined, started, stuck, work.kernel_run)
         if stuck or (not report.complete and backend == "nccl"):
             # a communicator with a rank that vanished may block in its destructor: leave it
             return replace(report, hard_exit=True)

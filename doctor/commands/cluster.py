@@ -13,10 +13,15 @@ import os
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from doctor.commands.common import emit
 from doctor.errors import ExitCode
+from doctor.model import Report
+
+if TYPE_CHECKING:
+    from doctor.cluster.report import ClusterReport
+    from doctor.report.render import Style
 
 
 def run_cluster_check(
@@ -25,26 +30,23 @@ def run_cluster_check(
     model: Optional[Path],
     flags: Mapping[str, Any],
     format: str,
-    fail_on: str,
-    strict: bool,
+    style: "Style",
     kernels: bool,
-    verbose: bool,
     timeout_s: float = 300.0,
 ) -> int:
     from doctor import app as core
-    from doctor.cluster.report import ClusterReport
     from doctor.cluster.run import ClusterOptions, run_distributed
-    from doctor.model import facts_from_snapshot
+    from doctor.snapshot import facts_from_snapshot
     from doctor.rules.loader import load_catalogue
     from doctor.workload import resolve_workload
 
     workload = resolve_workload(workload_file, model, flags)
     catalogue = load_catalogue()
-    given = None if "head_dim_qk" in workload.defaulted else workload
+    given = workload if workload.shape_given else None
     from doctor.cluster.gather import Timeouts
 
     options = ClusterOptions(kernels=kernels, workload=given, timeouts=Timeouts.uniform(timeout_s))
-    cluster: ClusterReport = run_distributed(options)
+    cluster = run_distributed(options)
     if not cluster.is_reporter:
         return _finish(cluster, cluster.exit_code)
 
@@ -52,43 +54,33 @@ def run_cluster_check(
     doc = snaps.get(0) or next(iter(snaps.values()), {"schema_version": 1})
     facts = facts_from_snapshot(doc, source=f"rank 0 of {cluster.world_size} ({cluster.launcher}, {cluster.backend})")
     report = core.check(core.Inputs(facts=facts, workload=workload, catalogue=catalogue), kernels_skipped=None if kernels else "--no-kernels")
-    results = tuple(r for rank, r in cluster.kernels if rank == 0)
-    if results:
-        from doctor.linking import link_kernels
+    if cluster.kernel_run is not None:  # rank 0's own run, linked exactly as single-node check does
+        from doctor.verify.link import link_kernels
 
-        report = link_kernels(report, catalogue, _Run(results))
+        report = link_kernels(report, catalogue, cluster.kernel_run)
     report = replace(
         report,
         findings=tuple(cluster.findings) + report.findings,
         rule_results=report.rule_results + tuple((f.rule_id, "fired") for f in cluster.findings),
     )
-    emit(_render(report, cluster, format, fail_on, strict, verbose))
-    code = int(ExitCode.FINDINGS if core.fail_count(report, fail_on, strict) else ExitCode.OK)
+    emit(_render(report, cluster, format, style))
+    code = int(ExitCode.FINDINGS if core.fail_count(report, style.fail_on, style.strict) else ExitCode.OK)
     if not cluster.complete:
         code = int(ExitCode.INCOMPLETE)
     return _finish(cluster, code)
 
 
-class _Run:
-    """The slice of doctor.verify.KernelRun that linking reads."""
-
-    def __init__(self, results: tuple) -> None:
-        self.results = results
-        self.fastest: tuple = ()
-        self.timings: tuple = ()
-
-
-def _render(report: Any, cluster: Any, format: str, fail_on: str, strict: bool, verbose: bool) -> str:
+def _render(report: Report, cluster: "ClusterReport", format: str, style: "Style") -> str:
     """check's own rendering, with the per-rank table, comm and CP results added."""
-    from doctor.commands.check import _render as render_report
-    from doctor.report.cluster_text import summary
+    from doctor.cluster.text import summary
+    from doctor.report.render import render
 
     if format == "json":
         from doctor.report.check_json import report_dict
         from doctor.report.json_report import dumps
 
         return dumps({**report_dict(report), "cluster": cluster.to_dict()})
-    body = render_report(report, format, fail_on, strict, verbose)
+    body = render("check", format, report, style)
     table = "\n".join(summary(cluster))
     if format == "markdown":
         return body + "\n```\n" + table + "\n```\n"

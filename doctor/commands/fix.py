@@ -3,10 +3,9 @@ clears the error and warning findings; `--pin` writes the pins to a requirements
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
@@ -14,8 +13,8 @@ from doctor.commands.common import emit
 from doctor.commands.options import WORKLOAD_FLAGS_HELP, parse_workload_flags
 from doctor.errors import ExitCode, InputError
 
-FORMATS = ("text", "json", "markdown")
-
+if TYPE_CHECKING:
+    from doctor.fix.plan import FixPlan
 
 def fix(
     ctx: typer.Context,
@@ -36,34 +35,28 @@ def fix(
     """Plan the least change that clears the findings. Exit 0 when every finding has a fix in the
     plan, 1 when some are unresolved, 2 on bad input or a file that cannot be written."""
     from doctor import app as core
-    from doctor.fix.plan import plan_fixes, with_inputs
-    from doctor.releases import load_release_catalogue
-    from doctor.rules.evaluate import diagnose
+    from doctor.report.render import Style, check_format, render
 
-    if format not in FORMATS:
-        raise InputError(f"unknown format {format!r}", hint="use one of: " + ", ".join(FORMATS))
+    check_format("fix", format)
     if (output or constraints or dry_run) and not pin:
         raise InputError("--output, --constraints and --dry-run go with --pin", hint="add --pin")
-    if env and len(env) > 1:
-        raise InputError("fix plans for one environment: pass one --env")
     flags = parse_workload_flags(ctx.args, "fix")
-    inputs = core.load_inputs(
-        env_files=env or [],
-        workload_file=workload,
-        model=model,
-        workload_flags=flags,
-        assume=assume or [],
-        assume_env=assume_env or [],
-        rules_dirs=rules_dir or [],
-        loaded=not static,
+    opts = core.FixOptions(
+        check=core.CheckOptions(
+            env_files=tuple(env or ()),
+            workload_file=workload,
+            model=model,
+            workload_flags=flags,
+            assume=tuple(assume or ()),
+            assume_env=tuple(assume_env or ()),
+            rules_dirs=tuple(rules_dir or ()),
+            probe=core.ProbeOptions(static=static),
+            releases=releases,
+        ),
+        verify_args=tuple(_input_args(env, workload, model, rules_dir, ctx.args, assume, assume_env)),
     )
-    if releases is not None and not releases.is_dir():
-        raise InputError("release catalogue folder not found", path=str(releases))
-    rel = load_release_catalogue(releases)
-    diagnosis = diagnose(inputs.catalogue, inputs.facts, inputs.workload)
-    plan = plan_fixes(rel, inputs.catalogue, inputs.facts, inputs.workload, diagnosis)
-    plan = with_inputs(plan, _input_args(env, workload, model, rules_dir, ctx.args, assume, assume_env))
-    emit(_render(plan, format))
+    plan = core.run_fix(opts)
+    emit(render("fix", format, plan, Style.for_terminal()))
     if pin:
         _write_pins(plan, output or Path("constraints-attn.txt" if constraints else "requirements-attn.txt"), constraints, dry_run, format)
     return int(ExitCode.FINDINGS if plan.unresolved else ExitCode.OK)
@@ -94,42 +87,14 @@ def _input_args(
     return args + [shlex.quote(a) for a in flags]
 
 
-def _render(plan, format: str) -> str:  # type: ignore[no-untyped-def]
-    if format == "json":
-        from doctor.report.fix_json import render_fix_json
-
-        return render_fix_json(plan)
-    if format == "markdown":
-        from doctor.report.fix_markdown import render_fix_markdown
-
-        return render_fix_markdown(plan)
-    from doctor.commands.check import use_color
-    from doctor.report.fix_text import render_fix
-
-    return render_fix(plan, color=use_color(), width=_width())
-
-
-def _width() -> int:
-    try:
-        return max(80, min(os.get_terminal_size().columns, 160)) if sys.stdout.isatty() else 100
-    except OSError:
-        return 100
-
-
-def _write_pins(plan, path: Path, constraints: bool, dry_run: bool, format: str) -> None:  # type: ignore[no-untyped-def]
+def _write_pins(plan: "FixPlan", path: Path, constraints: bool, dry_run: bool, format: str) -> None:
     """Write (or diff) the pin file; messages go to stderr so --format json stays parseable."""
     from doctor.fix.pinfile import pins_from_plan, write_pinfile
 
-    rule_ids: Dict[str, Tuple[str, ...]] = {}
-    for change in plan.changes:
-        for p in change.pins:
-            name = p.split("==")[0]
-            ids = rule_ids.get(name, ()) + ((change.rule_id,) if change.rule_id else ())
-            rule_ids[name] = tuple(dict.fromkeys(ids))
     if not plan.pins:
         sys.stderr.write(f"attn-doctor: no pins in the plan; {path} not touched\n")
         return
-    result = write_pinfile(path, pins_from_plan(plan.pins, rule_ids), constraints=constraints, dry_run=dry_run)
+    result = write_pinfile(path, pins_from_plan(plan), constraints=constraints, dry_run=dry_run)
     for w in result.warnings:
         sys.stderr.write(f"attn-doctor: warning: {w}\n")
     if dry_run:

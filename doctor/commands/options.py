@@ -15,7 +15,7 @@ from doctor.errors import InputError
 from doctor.workload import KEYS
 
 BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8")
-FLAG_KEYS = tuple(k for k in KEYS if k != "context_parallel") + ("cp_size", "cp_comm_type")
+FLAG_KEYS = tuple(k for k in KEYS if k != "context_parallel") + ("cp_size", "cp_comm_type", "cp_impl")
 
 WORKLOAD_FLAGS_HELP = (
     "Workload flags (override --workload/--model): "
@@ -81,6 +81,8 @@ def parse_workload_flags(args: Sequence[str], command: str = "check") -> Dict[st
             cp["size"] = value
         elif key == "cp_comm_type":
             cp["comm_type"] = value
+        elif key == "cp_impl":
+            cp["impl"] = value
         else:
             out[key] = value
     if "comm_type" in cp and "size" not in cp:

@@ -24,24 +24,12 @@ def probe(
 ) -> int:
     """Show what is installed and loaded: GPUs, driver, CUDA, cuDNN, attention libraries."""
     from doctor import app as core
+    from doctor.report.render import Style, check_format, render
 
-    if format not in ("text", "json"):
-        raise InputError(f"unknown format {format!r}", hint="use one of: text, json")
-    import os
-
-    if no_cache:
-        os.environ["ATTN_DOCTOR_NO_CACHE"] = "1"
-    if child_timeout is not None:
-        if child_timeout <= 0:
-            raise InputError("--child-timeout must be positive")
-        os.environ["ATTN_DOCTOR_CHILD_TIMEOUT"] = str(child_timeout)
-    doc = core.probe_snapshot(env_file=env, loaded=not static)
-    if format == "json":
-        from doctor.report.json_report import dumps
-
-        emit(dumps(doc))
-    else:
-        from doctor.report.probe_text import render_probe
-
-        emit(render_probe(doc))
+    check_format("probe", format)
+    if child_timeout is not None and child_timeout <= 0:
+        raise InputError("--child-timeout must be positive")
+    opts = core.ProbeOptions(static=static, no_cache=no_cache, child_timeout=child_timeout)
+    doc = core.run_probe(opts, env_file=env)
+    emit(render("probe", format, doc, Style.for_terminal()))
     return int(ExitCode.OK)

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from doctor.model import CaseResult
+
 
 class RichProgress:
+    """doctor.verify.runner.Observer as a rich progress bar."""
+
     def __init__(self) -> None:
         self._progress: Optional[Any] = None
         self._task: Optional[int] = None
@@ -31,10 +35,10 @@ class RichProgress:
         self._progress.start()
         self._task = self._progress.add_task("", total=total)
 
-    def on_case(self, result: Any) -> None:
+    def on_case(self, result: CaseResult) -> None:
         if self._progress is None or self._task is None:
             return
-        if getattr(result, "status", "") in ("failed", "crashed", "timeout"):
+        if result.status in ("failed", "crashed", "timeout"):
             self._bad += 1
         note = f"{result.id}: {result.status}" + (f" · {self._bad} bad" if self._bad else "")
         self._progress.update(self._task, advance=1, description=note)

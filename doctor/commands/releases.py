@@ -24,8 +24,8 @@ def refresh(
 ) -> int:
     """Ask the package index for every version of the catalogue's packages (and the CUDA and
     cuDNN new torch releases pin). Writes all files or none; exit 1 when the index is unreachable."""
-    from doctor.fix.catalogue import refresh as do_refresh
-    from doctor.releases import CATALOGUE_PACKAGES
+    from doctor.releases.refresh import refresh as do_refresh
+    from doctor.releases.catalogue import CATALOGUE_PACKAGES
     from doctor.resources import rules_dir
 
     if method not in ("auto", "json", "pip"):
@@ -52,11 +52,11 @@ def show(
     releases: Optional[Path] = typer.Option(None, "--releases", help="Release catalogue folder."),
 ) -> int:
     """List the versions the catalogue knows for a package (torch: with CUDA and cuDNN)."""
-    from doctor.releases import load_release_catalogue
-    from doctor.rules.conditions import normalize_dist
+    from doctor.releases.catalogue import load_release_catalogue
+    from doctor.versions import canonical_name
 
     rel = load_release_catalogue(releases)
-    key = normalize_dist(name)
+    key = canonical_name(name)
     if key == "torch":
         rows = [f"{r.version}  CUDA {r.cuda}  {r.cudnn_dist}=={r.cudnn}  python {r.python or 'any'}" for r in rel.torch]
         emit("\n".join(rows))

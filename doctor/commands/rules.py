@@ -85,30 +85,10 @@ def lint_rules(
     paths: Optional[List[Path]] = typer.Argument(None, help="Rule files or folders (default: the built-in catalogue)."),
 ) -> int:
     """Validate rule files: schema, fact names, specifiers, pins, and each rule's own test cases."""
-    from doctor.rules.cases import case_inputs
-    from doctor.rules.evaluate import diagnose
-    from doctor.rules.loader import load_catalogue
+    from doctor import app as core
 
-    from doctor.resources import rules_dir
-
-    builtin = rules_dir().resolve()
-    extra = [p for p in (paths or []) if builtin not in (Path(p).resolve(), *Path(p).resolve().parents)]
-    cat = load_catalogue(extra, builtin=True, use_cache=False)
-    own = {str(p) for p in (paths or [])}
-    failures = []
-    checked = 0
-    for r in cat.rules:
-        if own and not any(r.path.startswith(str(Path(p))) or r.path == p for p in own):
-            continue
-        for kind in ("fires", "passes"):
-            for i, case in enumerate(r.tests[kind]):
-                facts, wl = case_inputs(case)
-                got = diagnose(cat, facts, wl).result(r.id).status
-                want = "fired" if kind == "fires" else "passed"
-                checked += 1
-                if got != want:
-                    failures.append(f"{r.path}:{r.line}: rule {r.id}: {kind}[{i}] expected {want}, got {got}")
+    failures, checked = core.lint_rules(list(paths or []))
     for f in failures:
-        emit(f)
+        emit(f.describe())
     emit(f"{checked} rule test cases, {len(failures)} failed")
     return int(ExitCode.FINDINGS if failures else ExitCode.OK)

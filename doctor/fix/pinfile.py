@@ -28,12 +28,16 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from packaging.requirements import InvalidRequirement, Requirement
 
 from doctor.errors import WriteError
-from doctor.rules.conditions import normalize_dist
+from doctor.model import Pin
+
+if TYPE_CHECKING:
+    from doctor.fix.plan import FixPlan
+from doctor.versions import canonical_name
 
 MARK = "attn-doctor:"
 HEADER = "# attn-doctor fix: pins for the attention stack (each line names the findings it fixes)"
@@ -42,10 +46,19 @@ _COMMENT = re.compile(r"(^|\s)#")
 
 
 @dataclass(frozen=True)
-class Pin:
-    name: str  # PEP 503 normalised
-    version: str
+class Pinned:
+    """A pin to write, with the findings it fixes (named in the line's marker)."""
+
+    pin: Pin
     rule_ids: Tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.pin.name
+
+    @property
+    def version(self) -> str:
+        return self.pin.version
 
 
 @dataclass(frozen=True)
@@ -59,15 +72,14 @@ class PinResult:
     warnings: Tuple[str, ...] = ()
 
 
-def pins_from_plan(pins: Sequence[str], rule_ids: Dict[str, Tuple[str, ...]]) -> List[Pin]:
-    """Pin values for `render_pinfile` from a plan's `name==version` strings."""
-    from doctor.assume import parse_pin
-
-    out = []
-    for text in pins:
-        name, version = parse_pin(text)
-        out.append(Pin(name, version, rule_ids.get(name, ())))
-    return out
+def pins_from_plan(plan: "FixPlan") -> List[Pinned]:
+    """The plan's pins, each with the rule ids of the changes that pin its package."""
+    rule_ids: Dict[str, Tuple[str, ...]] = {}
+    for change in plan.changes:
+        for p in change.pins:
+            ids = rule_ids.get(p.name, ()) + ((change.rule_id,) if change.rule_id else ())
+            rule_ids[p.name] = tuple(dict.fromkeys(ids))
+    return [Pinned(pin, rule_ids.get(pin.name, ())) for pin in plan.pins]
 
 
 # --------------------------------------------------------------------------- parsing
@@ -116,7 +128,7 @@ def _parse(group: Sequence[str]) -> Optional[Tuple[Requirement, bool, str]]:
     return req, had_hashes, comment
 
 
-def _line(req_name: str, extras: Set[str], pin: Pin, marker: Optional[str], comment: str, constraints: bool) -> str:
+def _line(req_name: str, extras: Set[str], pin: Pinned, marker: Optional[str], comment: str, constraints: bool) -> str:
     name = req_name
     if extras and not constraints:
         name += "[" + ",".join(sorted(extras)) + "]"
@@ -134,7 +146,7 @@ def _line(req_name: str, extras: Set[str], pin: Pin, marker: Optional[str], comm
 
 def render_pinfile(
     old: Optional[str],
-    pins: Sequence[Pin],
+    pins: Sequence[Pinned],
     *,
     constraints: bool = False,
     base_dir: Optional[Path] = None,
@@ -143,7 +155,7 @@ def render_pinfile(
     """The new file contents and the warnings to show. Pure apart from reading `-r` files."""
     old = old or ""
     nl = "\r\n" if "\r\n" in old else "\n"
-    wanted: Dict[str, Pin] = {p.name: p for p in pins}
+    wanted: Dict[str, Pinned] = {p.name: p for p in pins}
     warnings: List[str] = []
     out: List[str] = []
     seen: Set[str] = set()
@@ -158,7 +170,7 @@ def render_pinfile(
             out.extend(group)
             continue
         req, had_hashes, comment = parsed
-        name = normalize_dist(req.name)
+        name = canonical_name(req.name)
         pin = wanted.get(name)
         if pin is None:
             out.extend(group)
@@ -191,7 +203,7 @@ def render_pinfile(
     return "".join(out), warnings
 
 
-def _included_pins(includes: Sequence[str], wanted: Dict[str, Pin], base: Path, read: Callable[[Path], Optional[str]], visited: Set[Path]) -> List[str]:
+def _included_pins(includes: Sequence[str], wanted: Dict[str, Pinned], base: Path, read: Callable[[Path], Optional[str]], visited: Set[Path]) -> List[str]:
     out: List[str] = []
     for inc in includes:
         path = (base / inc).resolve()
@@ -210,8 +222,8 @@ def _included_pins(includes: Sequence[str], wanted: Dict[str, Pin], base: Path, 
             if m:
                 nested.append(m.group(2))
             parsed = _parse(group)
-            if parsed and normalize_dist(parsed[0].name) in wanted:
-                pin = wanted[normalize_dist(parsed[0].name)]
+            if parsed and canonical_name(parsed[0].name) in wanted:
+                pin = wanted[canonical_name(parsed[0].name)]
                 out.append(
                     f"{parsed[0].name} is also required in {inc} ({str(parsed[0]).strip()}): change it there to "
                     f"=={pin.version}, or pip will see two requirements for it"
@@ -245,7 +257,7 @@ _TABLE = re.compile(r"^\s*\[{1,2}[A-Za-z0-9_.\"' -]+\]{1,2}\s*(#.*)?$")
 STALE_TMP_S = 60.0  # a leftover temporary file older than this is from a killed earlier run
 
 
-def _refuse_other_formats(path: Path, old: Optional[str], pins: Sequence[Pin]) -> None:
+def _refuse_other_formats(path: Path, old: Optional[str], pins: Sequence["Pinned"]) -> None:
     """--pin writes pip requirement lines: refuse files that are not requirements files
     (pyproject.toml, setup.cfg, Pipfile, lock files), which those lines would corrupt."""
     toml_like = old is not None and any(_TABLE.match(line) for line in old.splitlines())
@@ -271,7 +283,7 @@ def _remove_stale_tmp(parent: Path, name: str) -> None:
             pass
 
 
-def write_pinfile(path: Path, pins: Sequence[Pin], *, constraints: bool = False, dry_run: bool = False) -> PinResult:
+def write_pinfile(path: Path, pins: Sequence[Pinned], *, constraints: bool = False, dry_run: bool = False) -> PinResult:
     """Update (or create) `path` with `pins`. The old file is intact whenever this raises.
 
     A symlink is followed (its target is updated, the link stays); anything that exists and is

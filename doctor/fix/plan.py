@@ -23,20 +23,20 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from doctor.assume import apply_env, apply_pins, apply_workload, parse_pin
+from doctor.fix.recheck import apply_fix, compare
 from doctor.fix.wheels import WheelChoice, choose_wheel, wheel_target
-from doctor.model import Facts, Finding, Workload
-from doctor.releases import ReleaseCatalogue, torch_bundle
-from doctor.rules.conditions import parse_version, version_matches
+from doctor.model import Facts, Finding, Fix, Pin, Severity, Workload
+from doctor.releases.catalogue import ReleaseCatalogue, torch_bundle
 from doctor.rules.conditions import Context
 from doctor.rules.evaluate import Diagnosis, diagnose, render
 from doctor.rules.loader import Catalogue, Rule
+from doctor.versions import parse_version, version_matches
 
-TARGET_SEVERITIES = ("error", "warning")
+TARGET_SEVERITIES = (Severity.ERROR, Severity.WARNING)
 MAX_EVALUATIONS = 600  # sets of candidates re-checked per plan (each is one `diagnose`)
 PER_DIRECTION = 2  # generated versions kept below and above the installed one
 SCAN_PER_DIRECTION = 40  # versions looked at on each side before giving up
@@ -47,24 +47,40 @@ SCAN_PER_DIRECTION = 40  # versions looked at on each side before giving up
 
 @dataclass(frozen=True)
 class Change:
-    """One candidate fix, from a rule's `fixes` or generated from the release catalogue."""
+    """One candidate: a Fix (rendered for these facts) for a rule, taken from the rule's own
+    `fixes` or generated from the release catalogue."""
 
     rule_id: str
-    description: str
-    pins: Tuple[str, ...] = ()
-    env: Tuple[Tuple[str, Optional[str]], ...] = ()
-    config: Tuple[str, ...] = ()
-    workload_json: str = ""  # the workload changes as canonical JSON ("" for none)
-    cost: Optional[str] = None
-    origin: str = "rule"  # rule | catalogue
+    fix: Fix
+    origin: str = "rule"  # rule | catalogue | companion
 
     @property
-    def workload(self) -> Dict[str, Any]:
-        return json.loads(self.workload_json) if self.workload_json else {}
+    def description(self) -> str:
+        return self.fix.description
+
+    @property
+    def pins(self) -> Tuple[Pin, ...]:
+        return self.fix.pins
+
+    @property
+    def env(self) -> Mapping[str, Optional[str]]:
+        return self.fix.env
+
+    @property
+    def config(self) -> Tuple[str, ...]:
+        return self.fix.config
+
+    @property
+    def workload(self) -> Mapping[str, Any]:
+        return self.fix.workload
+
+    @property
+    def cost(self) -> Optional[str]:
+        return self.fix.cost
 
     @property
     def key(self) -> Tuple[Any, ...]:
-        return (tuple(sorted(self.pins)), tuple(sorted(self.env)), self.workload_json)
+        return (tuple(sorted(self.pins)), tuple(sorted(self.env.items(), key=str)), json.dumps(dict(self.workload), sort_keys=True))
 
 
 @dataclass(frozen=True)
@@ -79,20 +95,36 @@ class Step:
 
 @dataclass(frozen=True)
 class Alternative:
-    """Another way to clear some findings, with what it costs."""
+    """Another way to clear some findings, with what it costs and brings up."""
 
     rule_ids: Tuple[str, ...]
-    description: str
-    pins: Tuple[str, ...] = ()
-    env: Mapping[str, Optional[str]] = field(default_factory=dict)
-    config: Tuple[str, ...] = ()
-    cost: Optional[str] = None
+    fix: Fix
     why: str = ""
+
+    @property
+    def description(self) -> str:
+        return self.fix.description
+
+    @property
+    def pins(self) -> Tuple[Pin, ...]:
+        return self.fix.pins
+
+    @property
+    def env(self) -> Mapping[str, Optional[str]]:
+        return self.fix.env
+
+    @property
+    def config(self) -> Tuple[str, ...]:
+        return self.fix.config
+
+    @property
+    def cost(self) -> Optional[str]:
+        return self.fix.cost
 
 
 @dataclass(frozen=True)
 class FixPlan:
-    pins: Tuple[str, ...]
+    pins: Tuple[Pin, ...]
     env: Mapping[str, Optional[str]]  # None: unset the variable
     config: Tuple[str, ...]
     workload_changes: Mapping[str, Any]
@@ -239,9 +271,10 @@ class _Planner:
 
     # ---------------------------------------------------------------- candidates
 
-    def _check_pin(self, rule_id: str, text: str) -> Optional[Tuple[str, str]]:
+    def _check_pin(self, rule_id: str, pin: Pin) -> Optional[Pin]:
         """A rule's pin, as a real release that fits, or None (with a note saying why)."""
-        name, version = parse_pin(text)
+        text = str(pin)
+        name, version = pin.name, pin.version
         if name.startswith("nvidia-cudnn-cu"):
             want = self.cudnn_dist()
             if want and want != name:
@@ -266,12 +299,12 @@ class _Planner:
         if not self._python_ok(name, version):
             self.notes.append(f"{rule_id}: {name}=={version} does not install on Python {self.python}")
             return None
-        return name, version
+        return Pin(name, version, pin.extras)
 
-    def _companions(self, name: str, version: str) -> Optional[List[str]]:
+    def _companions(self, name: str, version: str) -> Optional[List[Pin]]:
         """Pins a release needs besides itself (its Requires-Dist on packages we track)."""
         rel = self._release(name, version)
-        out: List[str] = []
+        out: List[Pin] = []
         if rel is None:
             return out
         for other, spec in list(rel.requires.items()) + list(rel.works_with.items()):
@@ -282,7 +315,7 @@ class _Planner:
             if not ok:
                 return None
             best = min(ok, key=lambda v: distance(have, v, self.rel.versions(other)))
-            out.append(f"{other}=={best}")
+            out.append(Pin(other, best))
         return out
 
     def _add(self, change: Change) -> bool:
@@ -329,17 +362,17 @@ class _Planner:
                 extra = self._companions(name, version)
                 if extra is None:
                     continue
-                pins = (f"{name}=={version}", *extra)
+                pins = (Pin(name, version), *extra)
                 verb = "Install" if current is None else ("Downgrade" if _v(version) < _v(current) else "Upgrade")
                 desc = f"{verb} {name}{' ' + current if current else ''} -> {version}"
                 if extra:
-                    desc += " (with " + ", ".join(extra) + ", which it requires)"
+                    desc += " (with " + ", ".join(str(p) for p in extra) + ", which it requires)"
                 cost = None
                 if name == "torch":
                     b = self.rel.torch_row(version)
                     desc = f"Move torch {current} -> {version} (bundles CUDA {b.cuda}, cuDNN {b.cudnn})" if b else desc
                     cost = "a torch change: flash-attn and TransformerEngine must be reinstalled for it"
-                change = Change(rule_id=rule.id, description=desc, pins=pins, cost=cost, origin="catalogue")
+                change = Change(rule.id, Fix(desc, pins=pins, cost=cost), origin="catalogue")
                 if self._add(change):
                     kept += 1
                 if kept >= PER_DIRECTION:
@@ -354,46 +387,42 @@ class _Planner:
         except KeyError:
             return []
         # 1. the rule's own fixes
-        for fix, wl in zip(rule.fixes, rule.fix_workloads):
-            if not (fix.pins or fix.env or wl):
+        ctx = Context(self.facts, self.workload)
+        for fix in rule.fixes:
+            if not fix.checkable:
                 continue  # advice that cannot be re-checked stays advice
-            pins: List[str] = []
+            pins: List[Pin] = []
             ok = True
-            for text in fix.pins:
-                checked = self._check_pin(rule_id, text)
+            for raw in fix.pins:
+                checked = self._check_pin(rule_id, raw)
                 if checked is None:
                     ok = False
                     break
-                extra = self._companions(*checked)
+                extra = self._companions(checked.name, checked.version)
                 if extra is None:
                     ok = False
                     break
-                for pin in [f"{checked[0]}=={checked[1]}", *extra]:
-                    if pin.split("==")[0] not in {x.split("==")[0] for x in pins}:
+                for pin in [checked, *extra]:
+                    if pin.name not in {x.name for x in pins}:
                         pins.append(pin)
             if not ok:
                 continue
-            env = tuple(sorted((k, None if v is None else str(v)) for k, v in dict(fix.env).items()))
-            self._add(
-                Change(
-                    rule_id=rule_id,
-                    description=" ".join(render(fix.description, Context(self.facts, self.workload)).split()),
-                    pins=tuple(pins),
-                    env=env,
-                    config=fix.config,
-                    workload_json=json.dumps(dict(wl), sort_keys=True) if wl else "",
-                    cost=render(fix.cost, Context(self.facts, self.workload)) if fix.cost else None,
-                    origin="rule",
-                )
+            rendered = replace(
+                fix,
+                description=" ".join(render(fix.description, ctx).split()),
+                pins=tuple(pins),
+                env={k: None if v is None else str(v) for k, v in dict(fix.env).items()},
+                cost=render(fix.cost, ctx) if fix.cost else None,
             )
+            self._add(Change(rule_id, rendered, origin="rule"))
         # 2. versions generated from the release catalogue, for the packages the rule's own fixes
         #    pin and in the direction they move them (a rule that fixes by downgrading flash-attn
         #    gets the nearest lower flash-attn that fits; moving out of a range the other way
         #    could drop the feature the workload uses).
         directions: Dict[str, Set[str]] = {}
         for fix in rule.fixes:
-            for text in fix.pins:
-                name, version = parse_pin(text)
+            for pin in fix.pins:
+                name, version = pin.name, pin.version
                 if name.startswith("nvidia-cudnn-cu"):
                     name = self.cudnn_dist() or name
                 current = self._current(name)
@@ -431,10 +460,12 @@ class _Planner:
             for row in sorted(side, key=lambda r: distance(self.torch0, r.version, order)):
                 clean = self._add(
                     Change(
-                        rule_id=rule.id,
-                        description=f"Move torch {self.torch0} -> {row.version} (bundles CUDA {row.cuda}, cuDNN {row.cudnn})",
-                        pins=(f"torch=={row.version}",),
-                        cost="a torch change: flash-attn and TransformerEngine must be reinstalled for it",
+                        rule.id,
+                        Fix(
+                            f"Move torch {self.torch0} -> {row.version} (bundles CUDA {row.cuda}, cuDNN {row.cudnn})",
+                            pins=(Pin("torch", row.version),),
+                            cost="a torch change: flash-attn and TransformerEngine must be reinstalled for it",
+                        ),
                         origin="catalogue",
                     )
                 )
@@ -451,12 +482,12 @@ class _Planner:
         wl: Dict[str, Any] = {}
         config: List[str] = []
         for ch in changes:
-            for text in ch.pins:
-                name, version = parse_pin(text)
+            for pin in ch.pins:
+                name, version = pin.name, pin.version
                 if pins.get(name, version) != version:
                     return None
                 pins[name] = version
-            for k, v in ch.env:
+            for k, v in ch.env.items():
                 if k in env and env[k] != v:
                     return None
                 env[k] = v
@@ -489,7 +520,7 @@ class _Planner:
         if choose_wheel(self.rel, base, target).available:
             merged.pins["flash-attn"] = base
             merged.companions.append(
-                Change("", f"Reinstall flash-attn {base} built for torch {_mm(new)}", pins=(f"flash-attn=={base}",), origin="companion")
+                Change("", Fix(f"Reinstall flash-attn {base} built for torch {_mm(new)}", pins=(Pin("flash-attn", base),)), origin="companion")
             )
             return
         ordered = self.rel.versions("flash-attn")
@@ -506,22 +537,18 @@ class _Planner:
             best = min(fits, key=lambda v: distance(current, v, ordered))
             merged.pins["flash-attn"] = best
             merged.companions.append(
-                Change("", f"flash-attn {current} has no wheel for torch {_mm(new)}: move to {best}, the nearest that has one", pins=(f"flash-attn=={best}",), origin="companion")
+                Change(
+                    "",
+                    Fix(f"flash-attn {current} has no wheel for torch {_mm(new)}: move to {best}, the nearest that has one", pins=(Pin("flash-attn", best),)),
+                    origin="companion",
+                )
             )
         else:
             merged.notes.append(f"no flash-attn release has a prebuilt wheel for torch {_mm(new)}: rebuild flash-attn {current} from source after moving torch")
 
     def _apply(self, merged: _Merged) -> Tuple[Facts, Workload]:
-        facts, workload = self.facts, self.workload
-        if merged.pins:
-            # torch first: its bundle resets cuDNN; an explicit cuDNN pin then wins.
-            order = sorted(merged.pins.items(), key=lambda kv: (kv[0] != "torch", kv[0]))
-            facts = apply_pins(facts, [f"{k}=={v}" for k, v in order])
-        if merged.env:
-            facts = apply_env(facts, merged.env)
-        if merged.workload:
-            workload = apply_workload(workload, merged.workload)
-        return facts, workload
+        as_fix = Fix("plan", pins=tuple(Pin(k, v) for k, v in merged.pins.items()), env=merged.env, workload=merged.workload)
+        return apply_fix(self.facts, self.workload, as_fix)
 
     def cost(self, merged: _Merged, changes: Sequence[Change] = ()) -> Tuple[int, ...]:
         torch_moved = int("torch" in merged.pins and _v(merged.pins["torch"]).base_version != _v(self.torch0 or "0").base_version)
@@ -652,7 +679,7 @@ def _steps(planner: _Planner, ev: _Eval, changes: Sequence[Change], wheels: Sequ
     by_pkg: Dict[str, Tuple[str, ...]] = {}
     for ch in changes:
         for p in ch.pins:
-            by_pkg.setdefault(parse_pin(p)[0], tuple(x for x in (ch.rule_id,) if x))
+            by_pkg.setdefault(p.name, tuple(x for x in (ch.rule_id,) if x))
     torch_v = merged.pins.get("torch")
     if torch_v and _v(torch_v).base_version != _v(planner.torch0 or "0").base_version:
         steps.append(Step("pip", f"Install torch {torch_v}", f'pip install "torch=={torch_v}"', by_pkg.get("torch", ())))
@@ -728,17 +755,18 @@ def _alternatives(planner: _Planner, chosen: FrozenSet[int]) -> List[Alternative
             ev = planner.evaluate(frozenset({i}))
             if ev is None or rule_id in ev.bad:
                 continue
-            new = [r for r in ev.bad if r not in planner.targets]
-            ranked.append((ev.cost, i, new))
-        for cost, i, new in sorted(ranked)[:3]:
+            # the same words `check` uses for the same fix (doctor.fix.recheck)
+            effects = compare(planner.before, ev.diagnosis, tuple(planner.targets)).side_effects
+            ranked.append((ev.cost, i, effects))
+        for cost, i, effects in sorted(ranked)[:3]:
             ch = planner.pool[i]
-            whys = [f"also triggers {', '.join(new)}"] if new else []
+            whys = [effects] if effects else []
             if cost[4]:
                 whys.append("no prebuilt flash-attn wheel fits this torch: a source build")
             if cost[0]:
                 whys.append("moves torch")
             why = "; ".join(whys)
-            out.append(Alternative((rule_id,), ch.description, ch.pins, dict(ch.env), ch.config, ch.cost, why))
+            out.append(Alternative((rule_id,), ch.fix, why))
     return out
 
 
@@ -763,18 +791,19 @@ def plan_fixes(
         # The alternative the issue asks for: the same findings cleared without a pin that
         # contradicts torch's own requirements (typically a torch whose cuDNN is new enough).
         dist = {n for n in ev.merged.pins if n.startswith("nvidia-cudnn-cu")}
-        alt_state, alt_ev = planner.search(allow=lambda ch: not any(parse_pin(p)[0] in dist for p in ch.pins) and not ch.workload_json)
+        alt_state, alt_ev = planner.search(allow=lambda ch: not any(p.name in dist for p in ch.pins) and not ch.workload)
         if alt_ev is not None and alt_state != state and not (set(alt_ev.bad) & set(planner.targets) - set(ev.bad)):
-            pins = tuple(f"{k}=={v}" for k, v in sorted(alt_ev.merged.pins.items(), key=lambda kv: (kv[0] != "torch", kv[0])))
             alternatives.append(
                 Alternative(
                     tuple(sorted(set(planner.targets) - set(alt_ev.bad))),
-                    "Without the conflicting cuDNN pin: " + "; ".join(planner.pool[i].description for i in sorted(alt_state)),
-                    pins,
-                    dict(alt_ev.merged.env),
-                    tuple(alt_ev.merged.config),
-                    "; ".join(c for c in (planner.pool[i].cost for i in sorted(alt_state)) if c) or None,
-                    "pip installs it without complaint",
+                    Fix(
+                        "Without the conflicting cuDNN pin: " + "; ".join(planner.pool[i].description for i in sorted(alt_state)),
+                        pins=_ordered_pins(alt_ev.merged.pins),
+                        env=dict(alt_ev.merged.env),
+                        config=tuple(alt_ev.merged.config),
+                        cost="; ".join(c for c in (planner.pool[i].cost for i in sorted(alt_state)) if c) or None,
+                    ),
+                    "; ".join(x for x in ("pip installs it without complaint", compare(planner.before, alt_ev.diagnosis, tuple(planner.targets)).side_effects) if x),
                 )
             )
     alternatives.extend(_alternatives(planner, state))
@@ -792,7 +821,7 @@ def plan_fixes(
     if ev.cost[0]:
         new_t = ev.merged.pins["torch"]
         b = torch_bundle(new_t)
-        why = [planner.pool[i].rule_id for i in state if any(p.startswith("torch==") for p in planner.pool[i].pins)]
+        why = [planner.pool[i].rule_id for i in state if any(p.name == "torch" for p in planner.pool[i].pins)]
         torch_reason = (
             f"torch {planner.torch0} -> {new_t}: no set of changes that keeps torch {planner.torch0} clears "
             f"{', '.join(why) or ', '.join(cleared)}; torch {new_t} bundles CUDA {b.cuda if b else '?'} and cuDNN {b.cudnn if b else '?'}"
@@ -803,18 +832,13 @@ def plan_fixes(
         if finding.rule_id not in unresolved:
             continue
         for fix in finding.fixes:
-            if fix.pins or fix.env:
-                continue
-            rule = cat.rule(finding.rule_id)
-            raw = next((wl for f0, wl in zip(rule.fixes, rule.fix_workloads) if f0.config == fix.config and f0.pins == fix.pins), {})
-            if raw:
+            if fix.checkable:
                 continue
             text = f"{finding.rule_id} (cannot be re-checked, do it by hand): {' '.join(fix.description.split())}"
             manual.append(Step("manual", text, "; ".join(render(c, Context(facts, workload)) for c in fix.config), (finding.rule_id,)))
     steps = steps[:-1] + manual + steps[-1:]
-    pins = tuple(f"{k}=={v}" for k, v in sorted(ev.merged.pins.items(), key=lambda kv: (kv[0] != "torch", kv[0])))
     return FixPlan(
-        pins=pins,
+        pins=_ordered_pins(ev.merged.pins),
         env=MappingProxyType(dict(sorted(ev.merged.env.items()))),
         config=tuple(ev.merged.config),
         workload_changes=MappingProxyType(dict(ev.merged.workload)),
@@ -833,3 +857,8 @@ def plan_fixes(
         verified=not (set(new_findings) & {f.rule_id for f in ev.diagnosis.findings if f.severity == "error"}),
         catalogue_date=rel.retrieved,
     )
+
+
+def _ordered_pins(pins: Mapping[str, str]) -> Tuple[Pin, ...]:
+    """torch first (what builds against it comes after), then by name."""
+    return tuple(Pin(k, v) for k, v in sorted(pins.items(), key=lambda kv: (kv[0] != "torch", kv[0])))

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from doctor.model import Facts
-from doctor.releases import FlashAttnBuild, ReleaseCatalogue, torch_bundle
-from doctor.rules.conditions import parse_version, version_matches
+from doctor.releases.catalogue import FlashAttnBuild, ReleaseCatalogue, torch_bundle
+from doctor.versions import parse_version, version_matches
 
 RELEASES_URL = "https://github.com/Dao-AILab/flash-attention/releases/download"
 

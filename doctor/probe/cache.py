@@ -19,6 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from doctor.cachedir import prune
+
 TTL_S = 3600.0
 FORMAT = 1
 
@@ -76,6 +78,8 @@ def store(cache_dir: Optional[Path], key: str, records: Sequence[Mapping[str, An
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(data, fh)
         os.replace(tmp, cache_dir / f"loaded-{key[:32]}.json")
+        tmp = None
+        prune(cache_dir, "loaded-*.json")
     except OSError:
         if tmp is not None:
             try:

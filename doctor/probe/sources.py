@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Tuple
 
+from doctor.cachedir import default_cache_dir
+
 CHILD_TIMEOUT_S = 20.0
 SMI_TIMEOUT_S = 2.0
 LDCONFIG_TIMEOUT_S = 2.0
@@ -127,16 +129,6 @@ def load_pynvml() -> Any:
     return pynvml
 
 
-def default_cache_dir(environ: Mapping[str, str]) -> Optional[Path]:
-    """~/.cache/attn-doctor (or $XDG_CACHE_HOME/attn-doctor); None when caching is off."""
-    if environ.get("ATTN_DOCTOR_NO_CACHE", "").strip() not in ("", "0"):
-        return None
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(environ.get("HOME", ""), ".cache")
-    if not base or base == ".cache":
-        return None
-    return Path(base) / "attn-doctor"
-
-
 def _timeout_from_env(environ: Mapping[str, str]) -> float:
     raw = environ.get("ATTN_DOCTOR_CHILD_TIMEOUT", "")
     try:
@@ -165,10 +157,12 @@ class Sources:
     cache_dir: Optional[Path] = None  # None: no cache of loaded facts (see Sources.system)
 
     @classmethod
-    def system(cls) -> "Sources":
-        """The real machine, with the loaded-facts cache in the user's cache folder."""
+    def system(cls, *, no_cache: bool = False, child_timeout: Optional[float] = None) -> "Sources":
+        """The real machine, with the loaded-facts cache in the user's cache folder (none with
+        `no_cache`); `child_timeout` overrides the default wait for the torch-importing child."""
         environ = dict(os.environ)
-        return cls(environ=environ, cache_dir=default_cache_dir(environ))
+        cache = None if no_cache else default_cache_dir(environ)
+        return cls(environ=environ, cache_dir=cache, child_timeout=child_timeout)
 
     def find_program(self, name: str) -> Optional[str]:
         if self.which is not None:

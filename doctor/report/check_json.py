@@ -35,12 +35,15 @@ def report_dict(report: Report) -> Dict[str, Any]:
                 "area": f.area,
                 "fixes": [
                     {
-                        "pins": list(x.pins),
+                        "pins": [str(p) for p in x.pins],
                         "env": dict(x.env),
+                        "workload": dict(x.workload),
                         "config": list(x.config),
                         "description": x.description,
                         "cost": x.cost,
                         "verified": x.verified,
+                        "brings_up": list(x.brings_up),
+                        "planned": x.planned,
                     }
                     for x in f.fixes
                 ],

@@ -10,9 +10,7 @@ from __future__ import annotations
 from typing import Dict
 from xml.sax.saxutils import escape, quoteattr
 
-from doctor.model import Finding, Report
-
-_LEVEL = {"error": 0, "warning": 1, "info": 2}
+from doctor.model import Finding, Report, Severity
 
 
 def render_check_junit(report: Report, *, fail_on: str = "error", strict: bool = False) -> str:
@@ -22,12 +20,12 @@ def render_check_junit(report: Report, *, fail_on: str = "error", strict: bool =
     for rid, status in report.rule_results:
         f = by_id.get(rid)
         body = ""
-        if f is not None and status == "fired" and f.status != "refuted" and _LEVEL.get(f.severity, 2) <= _LEVEL[fail_on]:
+        if f is not None and status == "fired" and f.status != "refuted" and f.severity.at_least(Severity(fail_on)):
             failures += 1
             fixes = "; ".join(x.description for x in f.fixes) or "see sources"
             body = f"<failure type={quoteattr(f.severity)} message={quoteattr(f.title)}>{escape(f.message)}\nFix: {escape(fixes)}</failure>"
         elif f is not None and status == "fired":
-            body = f"<system-out>{escape(f.severity + ': ' + f.message)}</system-out>"
+            body = f"<system-out>{escape(f'{f.severity}: {f.message}')}</system-out>"
         elif status == "not_evaluated":
             missing = "; ".join(f.missing) if f else "facts unknown"
             if strict:

@@ -43,17 +43,21 @@ def render_check_markdown(report: Report) -> str:
             out.append(f"- evidence: {e}")
         for fix in f.fixes:
             line = f"- **Fix:** {fix.description}"
+            if fix.planned:
+                line += " _(the plan of `attn-doctor fix`)_"
             if fix.verified:
                 line += " _(verified by re-check)_"
             out.append(line)
             if fix.pins:
-                out.append(f"  `pip install {' '.join(fix.pins)}`")
+                out.append(f"  `pip install {' '.join(str(p) for p in fix.pins)}`")
             for k, v in fix.env.items():
                 out.append(f"  `export {k}={v}`")
             for cfg in fix.config:
                 out.append(f"  {cfg}")
             if fix.cost:
                 out.append(f"  _cost: {fix.cost}_")
+            if fix.brings_up:
+                out.append(f"  _brings up warning {', '.join(fix.brings_up)}_")
         if f.sources:
             out.append("")
             out.append("Sources: " + ", ".join(f"<{s}>" for s in f.sources))

@@ -52,11 +52,15 @@ def _finding(f: Finding, verbose: bool) -> List[object]:
                 actions.append(f"export {k}={v}")
             actions.extend(fix.config)
             verified = " [green](verified by re-check)[/]" if fix.verified else ""
+            if fix.planned:
+                verified = " [green](the plan of `attn-doctor fix`; verified by re-check)[/]" if fix.verified else " (the plan of `attn-doctor fix`)"
             out.append(Padding(Text.from_markup(f"[bold]{lead}[/] {escape(fix.description)}{verified}"), (0, 0, 0, 4)))
             for a in actions:
                 out.append(f"          {escape(a)}")
             if fix.cost:
                 out.append(f"          [dim]cost: {escape(fix.cost)}[/]")
+            if fix.brings_up:
+                out.append(f"          [dim]brings up warning {escape(', '.join(fix.brings_up))}[/]")
     if f.sources and (verbose or f.severity == "error"):
         out.append(f"    [dim]source: {escape(f.sources[0])}[/]")
     return [line for line in out if line]

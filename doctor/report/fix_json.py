@@ -17,7 +17,7 @@ SCHEMA_VERSION = 1
 def plan_document(plan: FixPlan) -> Dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
-        "pins": list(plan.pins),
+        "pins": [str(p) for p in plan.pins],
         "env": dict(plan.env),
         "config": list(plan.config),
         "unresolved": list(plan.unresolved),
@@ -33,10 +33,10 @@ def plan_document(plan: FixPlan) -> Dict[str, Any]:
             {
                 "rule_id": c.rule_id or None,
                 "description": c.description,
-                "pins": list(c.pins),
+                "pins": [str(p) for p in c.pins],
                 "env": dict(c.env),
                 "config": list(c.config),
-                "workload": c.workload,
+                "workload": dict(c.workload),
                 "cost": c.cost,
                 "origin": c.origin,
             }
@@ -61,7 +61,7 @@ def plan_document(plan: FixPlan) -> Dict[str, Any]:
             {
                 "rule_ids": list(a.rule_ids),
                 "description": a.description,
-                "pins": list(a.pins),
+                "pins": [str(p) for p in a.pins],
                 "env": dict(a.env),
                 "config": list(a.config),
                 "cost": a.cost,

@@ -33,7 +33,7 @@ def render_fix_markdown(plan: FixPlan) -> str:
             out.append(f"- {c.description}{who}{cost}")
         out.append("")
     if plan.pins:
-        out += ["Pins:", "", "```text", *plan.pins, "```", ""]
+        out += ["Pins:", "", "```text", *(str(p) for p in plan.pins), "```", ""]
     if plan.env:
         out += ["Environment:", "", "```sh", *(f"export {k}={v}" if v is not None else f"unset {k}" for k, v in plan.env.items()), "```", ""]
     if plan.config:
@@ -60,7 +60,7 @@ def render_fix_markdown(plan: FixPlan) -> str:
     if plan.alternatives:
         out += ["### Alternatives", ""]
         for a in plan.alternatives:
-            bits = list(a.pins) + [f"{k}={v}" for k, v in a.env.items()] + list(a.config)
+            bits = [str(p) for p in a.pins] + [f"{k}={v}" for k, v in a.env.items()] + list(a.config)
             tail = "; ".join(x for x in (a.cost or "", a.why) if x)
             out.append(f"- {a.description}" + (f": `{' '.join(bits)}`" if bits else "") + (f" ({tail})" if tail else ""))
         out.append("")

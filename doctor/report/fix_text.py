@@ -43,7 +43,7 @@ def render_fix(plan: FixPlan, *, color: bool = False, width: int = 100) -> str:
             if c.cost:
                 p(f"    [dim]cost: {escape(c.cost)}[/]")
         if plan.pins:
-            p(f"  pins:   {escape(' '.join(plan.pins))}")
+            p(f"  pins:   {escape(' '.join(str(p) for p in plan.pins))}")
         if plan.env:
             p("  env:    " + escape(" ".join(f"{k}={v}" if v is not None else f"unset {k}" for k, v in plan.env.items())))
         for c in plan.config:
@@ -84,7 +84,7 @@ def render_fix(plan: FixPlan, *, color: bool = False, width: int = 100) -> str:
         p("")
         p("[bold]Alternatives[/]")
         for a in plan.alternatives:
-            bits: List[str] = list(a.pins) + [f"{k}={v}" for k, v in a.env.items()] + list(a.config)
+            bits: List[str] = [str(p) for p in a.pins] + [f"{k}={v}" for k, v in a.env.items()] + list(a.config)
             p(f"  - {escape(a.description)} [dim]({escape(', '.join(a.rule_ids))})[/]")
             if bits:
                 p(f"      {escape(' '.join(bits))}")

@@ -7,9 +7,6 @@ is unset (or when the caller asks); the width follows the terminal, else 100 col
 from __future__ import annotations
 
 import io
-import os
-import shutil
-import sys
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from rich.console import Console
@@ -32,16 +29,6 @@ FRAMEWORKS: Tuple[str, ...] = (
     "flex-attention", "kernels",
 )
 STATUS_STYLE = {"ok": "green", "error": "bold red", "timeout": "yellow", "missing": "dim"}
-
-
-def _auto_color(environ: Mapping[str, str]) -> bool:
-    return sys.stdout.isatty() and not environ.get("NO_COLOR")
-
-
-def _auto_width() -> int:
-    if sys.stdout.isatty():
-        return max(60, shutil.get_terminal_size((100, 24)).columns)
-    return 100
 
 
 def _v(value: Any, unknown: str = "unknown") -> str:
@@ -279,13 +266,13 @@ def _header(doc: Mapping[str, Any]) -> Text:
     return Text(" · ".join(parts), style="bold")
 
 
-def render_probe(doc: Mapping[str, Any], *, color: Optional[bool] = None, width: Optional[int] = None) -> str:
-    """The snapshot as a readable report. color/width None: decided from stdout and NO_COLOR."""
-    use_color = _auto_color(os.environ) if color is None else color
+def render_probe(doc: Mapping[str, Any], *, color: bool = False, width: int = 100) -> str:
+    """The snapshot as a readable report (doctor.report.render decides colour and width)."""
+    use_color = color
     buf = io.StringIO()
     console = Console(
         file=buf,
-        width=width or _auto_width(),
+        width=width,
         color_system="standard" if use_color else None,
         force_terminal=use_color,
         no_color=not use_color,

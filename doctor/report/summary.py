@@ -151,10 +151,11 @@ def area_lines(report: Report) -> List[AreaLine]:
 
 def describe_workload(w: Workload) -> str:
     hd = f"hd {w.head_dim_qk}" if not w.mla else f"hd {w.head_dim_qk}/{w.head_dim_v}"
-    parts = [w.dtype, hd, f"{w.num_heads}/{w.num_kv_heads} heads", w.mask, f"seq {w.seq_len_q}" + (f"/{w.seq_len_kv}" if w.cross_attention else "")]
+    parts = [p for p in (w.framework, w.model_type) if p] + [w.dtype, hd, f"{w.num_heads}/{w.num_kv_heads} heads", w.mask, f"seq {w.seq_len_q}" + (f"/{w.seq_len_kv}" if w.cross_attention else "")]
     parts.append("training" if w.training else "inference")
     if w.cp_size > 1:
-        parts.append(f"CP {w.cp_size} {w.cp_comm_type}")
+        impl = f" ({w.cp_impl})" if w.cp_impl else ""
+        parts.append(f"CP {w.cp_size} {w.cp_comm_type}{impl}")
     if w.sliding_window:
         parts.append(f"window {list(w.window_size or ())}")
     if w.softcap:
@@ -171,8 +172,8 @@ def describe_workload(w: Workload) -> str:
         parts.append(w.qkv_format)
     if w.qkv_packed:
         parts.append("packed qkv")
-    if w.varlen:
-        parts.append("varlen")
+    if w.packing != "padded":
+        parts.append(w.packing)
     if w.attn_implementation:
         parts.append(w.attn_implementation)
     return ", ".join(parts)

@@ -1,4 +1,4 @@
-"""Turn a rule's own test case (rules/*.yaml `tests:`) into Facts and a Workload.
+"""Rule test cases: turn a rule's own test case (rules/*.yaml `tests:`) into Facts and a Workload.
 
 A case is a partial snapshot (packages, env, torch, cuda, cudnn, gpus, imports, python) with
 two conveniences: `gpu: "8.0"` for one GPU of that compute capability, and `workload:` with
@@ -8,9 +8,13 @@ except `packages` and `env`, which are empty (a case lists what matters to it).
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from doctor.model import Facts, Workload, facts_from_snapshot
+from doctor.model import Facts, Workload
+from doctor.rules.evaluate import diagnose
+from doctor.rules.loader import Catalogue, Rule
+from doctor.snapshot import facts_from_snapshot
 from doctor.workload import build, default_workload
 
 
@@ -28,3 +32,45 @@ def case_inputs(case: Mapping[str, Any]) -> Tuple[Facts, Workload]:
     facts = facts_from_snapshot(case_snapshot(case), source="rule test case")
     workload = build(case.get("workload") or {}, base=default_workload(), source="rule test case")
     return facts, workload
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    """One rule test case evaluated: what it expected and what the catalogue said."""
+
+    rule: Rule
+    kind: str  # fires | passes
+    index: int
+    got: str  # fired | passed | not_evaluated
+
+    @property
+    def expected(self) -> str:
+        return "fired" if self.kind == "fires" else "passed"
+
+    @property
+    def ok(self) -> bool:
+        return self.got == self.expected
+
+    def describe(self) -> str:
+        return f"{self.rule.path}:{self.rule.line}: rule {self.rule.id}: {self.kind}[{self.index}] expected {self.expected}, got {self.got}"
+
+
+def iter_rule_cases(cat: Catalogue, only: Optional[Callable[[Rule], bool]] = None) -> Iterator[Tuple[Rule, str, int, Mapping[str, Any]]]:
+    """(rule, fires|passes, index, case) for every rule test case (of the rules `only` keeps)."""
+    for rule in cat.rules:
+        if only is not None and not only(rule):
+            continue
+        for kind in ("fires", "passes"):
+            for i, case in enumerate(rule.tests[kind]):
+                yield rule, kind, i, case
+
+
+def run_rule_case(cat: Catalogue, rule: Rule, kind: str, index: int, case: Mapping[str, Any]) -> CaseOutcome:
+    """Evaluate one rule test case against the whole catalogue (as `check` would)."""
+    facts, workload = case_inputs(case)
+    return CaseOutcome(rule, kind, index, diagnose(cat, facts, workload).result(rule.id).status)
+
+
+def run_rule_cases(cat: Catalogue, only: Optional[Callable[[Rule], bool]] = None) -> List[CaseOutcome]:
+    """Every rule test case evaluated: what `rules lint` reports and tests/rules asserts."""
+    return [run_rule_case(cat, *item) for item in iter_rule_cases(cat, only)]

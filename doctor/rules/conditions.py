@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields
-from functools import lru_cache
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-from packaging.version import InvalidVersion, Version
-
+from doctor.versions import canonical_name, release, version_matches
 from doctor.model import WORKLOAD_DERIVED, BackendStatus, CudaInfo, CudnnInfo, Facts, TorchInfo, Workload
 
 # --------------------------------------------------------------------------- values
@@ -49,10 +47,6 @@ def is_known_fact_path(path: str) -> bool:
     return path in FACT_PATHS or path.startswith(FACT_PREFIXES)
 
 
-def normalize_dist(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def resolve(path: str, facts: Facts, workload: Workload) -> Value:
     """The value of a named fact, or unknown with the reason."""
     head, _, rest = path.partition(".")
@@ -65,7 +59,7 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
     if head == "package":
         if facts.packages is None:
             return _unknown(path, facts, "installed packages were not probed")
-        return Value(True, facts.packages.get(normalize_dist(rest)))
+        return Value(True, facts.packages.get(canonical_name(rest)))
     if head == "imports":
         name, _, attr = rest.rpartition(".")
         st = facts.imports.get(name)
@@ -114,76 +108,9 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
 # --------------------------------------------------------------------------- comparisons
 
 
-@lru_cache(maxsize=4096)
-def parse_version(text: str) -> Optional[Version]:
-    try:
-        return Version(str(text))
-    except InvalidVersion:
-        m = re.match(r"^\s*(\d+(?:\.\d+)*)", str(text))
-        return Version(m.group(1)) if m else None
-
-
-_CLAUSE = re.compile(r"^\s*(~=|===|==|!=|<=|>=|<|>)\s*([0-9][0-9A-Za-z.+!*-]*)\s*$")
-
-
-@lru_cache(maxsize=2048)
-def parse_spec(text: str) -> Tuple[Tuple[str, str], ...]:
-    """'>=2.6,<2.7' -> (('>=', '2.6'), ('<', '2.7')). Validated at catalogue load (validate_spec)
-    with packaging's SpecifierSet; matched here without importing it (it costs ~13 ms at start)."""
-    out = []
-    for clause in text.split(","):
-        m = _CLAUSE.match(clause)
-        if not m:
-            raise ValueError(f"bad version specifier {text!r}")
-        out.append((m.group(1), m.group(2)))
-    return tuple(out)
-
-
-def _clause(v: Version, op: str, target: str) -> bool:
-    if target.endswith(".*"):  # ==2.6.* / !=2.6.*: prefix match on the release
-        prefix = tuple(int(x) for x in target[:-2].split("."))
-        hit = v.release[: len(prefix)] == prefix
-        return hit if op == "==" else not hit
-    t = Version(target)
-    if op in ("==", "==="):
-        return v == t
-    if op == "!=":
-        return v != t
-    if op == "<":
-        return v < t
-    if op == "<=":
-        return v <= t
-    if op == ">":
-        return v > t
-    if op == ">=":
-        return v >= t
-    # ~=X.Y(.Z): >= X.Y(.Z) and == X.*(.Y.*)
-    prefix = t.release[:-1]
-    return v >= t and v.release[: len(prefix)] == prefix
-
-
-@lru_cache(maxsize=8192)
-def version_matches(version: str, spec: str) -> bool:
-    """PEP 440 match that ignores local labels (2.4.0+cu121 satisfies <=2.4.0) and lets
-    pre-releases such as NGC's 2.3.0a0+6ddf5cf.nv24.04 match like their release."""
-    v = parse_version(version)
-    if v is None:
-        return False
-    # Drop the local label; an NGC-style pre-release with a local label (2.3.0a0+6ddf5cf.nv24.04)
-    # is that release as shipped, so compare it as 2.3.0. Post releases (2.7.4.post1) stay.
-    public = Version(v.base_version) if (v.local and v.is_prerelease) else Version(v.public)
-    return all(_clause(public, op, target) for op, target in parse_spec(spec))
-
-
-@lru_cache(maxsize=4096)
-def _release(text: str) -> Optional[Version]:
-    v = parse_version(text)
-    return None if v is None else Version(v.base_version)
-
-
 def _ordered(a: Any, b: Any) -> Tuple[Any, Any]:
     if isinstance(a, str) or isinstance(b, str):
-        va, vb = _release(str(a)), _release(str(b))
+        va, vb = release(str(a)), release(str(b))
         if va is not None and vb is not None:
             return va, vb
     return a, b
@@ -373,14 +300,3 @@ def _evaluate_leaf(cond: Mapping[str, Any], ctx: Context) -> Outcome:
                 return FALSE
         return TRUE
     raise KeyError(f"not a condition: {sorted(cond)}")
-
-
-def validate_spec(text: str) -> Optional[str]:
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
-    try:
-        SpecifierSet(text)
-        parse_spec(text)
-    except (InvalidSpecifier, ValueError) as exc:
-        return str(exc)
-    return None

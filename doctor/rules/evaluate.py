@@ -5,8 +5,7 @@
    an undecidable disabling rule makes availability unknown, never "available".
 3. Each framework picks the first available backend in its preference order for this GPU.
 4. Finding rules then see facts, workload and backend availability.
-5. Each fix a finding offers is verified by re-evaluating with the fix applied: a fix that
-   would leave the finding (or create another error) is dropped.
+(Fixes are verified by re-evaluating with them applied: doctor.fix.recheck.)
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from doctor.model import BackendStatus, Facts, Finding, Fix, Workload
+from doctor.model import BackendStatus, Facts, Finding, FindingStatus, Severity, Workload
 from doctor.rules.conditions import Context, Outcome, evaluate
 from doctor.rules.loader import Catalogue, Rule
 
@@ -23,7 +22,7 @@ from doctor.rules.loader import Catalogue, Rule
 @dataclass(frozen=True)
 class RuleResult:
     rule_id: str
-    status: str  # fired | passed | not_evaluated
+    status: str  # fired | passed | not_evaluated (a rule's verdict, before kernels)
     missing: Tuple[str, ...] = ()
 
 
@@ -163,12 +162,12 @@ def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
         if out.value is False:
             results.append(RuleResult(rule.id, "passed"))
             continue
-        status = "fired" if out.value else "not_evaluated"
+        status: FindingStatus = "fired" if out.value else "not_evaluated"
         results.append(RuleResult(rule.id, status, out.missing))
         findings.append(
             Finding(
                 rule_id=rule.id,
-                severity=rule.severity or "info",
+                severity=rule.severity or Severity.INFO,
                 title=render(rule.title, ctx),
                 message=render(rule.message, ctx),
                 status=status,
@@ -187,70 +186,10 @@ def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
                 kernels=rule.kernels,
             )
         )
-    order = {"error": 0, "warning": 1, "info": 2}
-    findings.sort(key=lambda f: (f.status != "fired", order.get(f.severity, 3), f.rule_id))
+    findings.sort(key=lambda f: (f.status != "fired", f.severity.rank, f.rule_id))
     return Diagnosis(
         backends=tuple(statuses.values()),
         findings=tuple(findings),
         results=tuple(results),
         selections=tuple(selections.items()),
     )
-
-
-# --------------------------------------------------------------------------- fix verification
-
-
-def apply_fix(facts: Facts, workload: Workload, fix: Fix, workload_changes: Optional[dict] = None) -> Tuple[Facts, Workload]:
-    from doctor.assume import apply_env, apply_pins, apply_workload
-
-    if fix.pins:
-        facts = apply_pins(facts, fix.pins)
-    if fix.env:
-        facts = apply_env(facts, dict(fix.env))
-    if workload_changes:
-        workload = apply_workload(workload, workload_changes)
-    return facts, workload
-
-
-def _errors(d: Diagnosis) -> set:
-    return {f.rule_id for f in d.findings if f.status == "fired" and f.severity == "error"}
-
-
-def fix_clears(
-    cat: Catalogue,
-    facts: Facts,
-    workload: Workload,
-    rule_id: str,
-    fix: Fix,
-    workload_changes: Optional[dict] = None,
-    before: Optional[Diagnosis] = None,
-) -> Tuple[bool, Tuple[str, ...]]:
-    """Does applying `fix` clear `rule_id` without firing a new error? Returns (ok, new errors)."""
-    before_errors = _errors(before or diagnose(cat, facts, workload))
-    f2, w2 = apply_fix(facts, workload, fix, workload_changes)
-    after = diagnose(cat, f2, w2)
-    new_errors = tuple(
-        sorted(f.rule_id for f in after.findings if f.status == "fired" and f.severity == "error" and f.rule_id not in before_errors)
-    )
-    # "cleared" means evaluated and false: a fix that only makes the rule undecidable is no fix
-    return after.result(rule_id).status == "passed" and not new_errors, new_errors
-
-
-def verified_fixes(cat: Catalogue, facts: Facts, workload: Workload, diagnosis: Diagnosis) -> Tuple[Finding, ...]:
-    """Findings with only the fixes that, applied alone, clear them and add no new error."""
-    out: List[Finding] = []
-    for finding in diagnosis.findings:
-        if finding.status != "fired" or not finding.fixes:
-            out.append(finding)
-            continue
-        rule = cat.rule(finding.rule_id)
-        kept: List[Fix] = []
-        for fix, raw, wl in zip(finding.fixes, rule.fixes, rule.fix_workloads):
-            if not (raw.pins or raw.env or wl):
-                kept.append(fix)  # advice we cannot re-check (e.g. a code change): keep, unverified
-                continue
-            ok, _ = fix_clears(cat, facts, workload, finding.rule_id, raw, wl, before=diagnosis)
-            if ok:
-                kept.append(replace(fix, verified=True))
-        out.append(replace(finding, fixes=tuple(kept)))
-    return tuple(out)

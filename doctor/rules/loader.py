@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from doctor.errors import RuleError
-from doctor.model import Fix
+from doctor.errors import InputError, RuleError
+from doctor.model import Fix, Pin, Severity
+from doctor.versions import parse_pin
+from doctor.yamlio import read_yaml
 
-CACHE_FORMAT = 3
+CACHE_FORMAT = 4
 
 
 # --------------------------------------------------------------------------- values
@@ -62,11 +64,10 @@ class Rule:
     tests: Mapping[str, Any]
     path: str
     line: int
-    severity: Optional[str] = None  # findings
+    severity: Optional[Severity] = None  # findings
     disables: Optional[str] = None  # backend rules: the backend id this rule switches off
     area: str = "general"
     fixes: Tuple[Fix, ...] = ()
-    fix_workloads: Tuple[Mapping[str, Any], ...] = ()  # per fix: workload changes it implies
     kernels: Tuple[str, ...] = ()
     silent_wrong_results: bool = False
 
@@ -89,77 +90,6 @@ class Catalogue:
             if r.id == rule_id:
                 return r
         raise KeyError(rule_id)
-
-
-# --------------------------------------------------------------------------- YAML with lines
-
-
-class _LineDict(dict):  # type: ignore[type-arg]
-    line: int = 0
-    key_lines: Dict[str, int]
-
-
-def _make_loader() -> type:
-    import yaml
-
-    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-    class Loader(base):  # type: ignore[misc, valid-type]
-        pass
-
-    def construct_mapping(loader: Any, node: Any) -> _LineDict:
-        loader.flatten_mapping(node)
-        d = _LineDict()
-        d.line = node.start_mark.line + 1
-        d.key_lines = {}
-        for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
-            if not isinstance(key, (str, int, float, bool)) and key is not None:
-                raise RuleError(
-                    "mapping keys must be plain scalars",
-                    line=key_node.start_mark.line + 1,
-                    hint="remove the complex '?' key",
-                )
-            if key in d:
-                raise RuleError(
-                    f"duplicate key {key!r}",
-                    line=key_node.start_mark.line + 1,
-                    hint="each key may appear once in a mapping",
-                )
-            d[key] = loader.construct_object(value_node, deep=True)
-            d.key_lines[str(key)] = key_node.start_mark.line + 1
-        return d
-
-    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
-    return Loader
-
-
-_LOADER: List[type] = []
-
-
-def read_yaml(path: Path, what: str = "rule file") -> Any:
-    """Parse YAML safely (no python tags), recording the line of every mapping and key."""
-    import yaml
-
-    if not _LOADER:
-        _LOADER.append(_make_loader())
-    from doctor.bounded import parse_document, read_text
-
-    text = read_text(path, what=what, error=RuleError)
-    try:
-        return parse_document(text, "yaml", name=str(path), yaml_loader=_LOADER[0], error=RuleError)
-    except RuleError as exc:
-        exc.path = str(path)
-        raise
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise RuleError(
-            f"invalid YAML: {problem}",
-            path=str(path),
-            line=mark.line + 1 if mark else None,
-            hint="only plain YAML is accepted (no python tags)",
-        ) from None
 
 
 def _line_of(doc: Any, path: Sequence[Any]) -> Tuple[int, Optional[str]]:
@@ -220,7 +150,8 @@ def _fail(path: Path, doc: Any, where: Sequence[Any], msg: str, hint: Optional[s
 
 
 def _check_semantics(path: Path, doc: Mapping[str, Any]) -> None:
-    from doctor.rules.conditions import is_known_fact_path, validate_spec
+    from doctor.rules.conditions import is_known_fact_path
+    from doctor.versions import validate_spec
 
     def walk(cond: Any, where: List[Any]) -> None:
         if not isinstance(cond, dict):
@@ -260,10 +191,19 @@ def _check_semantics(path: Path, doc: Mapping[str, Any]) -> None:
                     raise _fail(path, doc, ["rules", i], f"unknown fact in placeholder {{{path_}}}", hint="see docs/rules.md for fact names")
         for j, fix in enumerate(rule.get("fixes", ()) or ()):
             for pin in fix.get("pins", ()) or ():
-                if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?\s*(==|>=|<=|~=|!=|<|>)\s*[0-9][^\s;]*$", pin):
+                try:
+                    parse_pin(str(pin), what="pin")
+                except InputError:
                     raise _fail(
-                        path, doc, ["rules", i, "fixes", j], f"pin {pin!r} is not NAME==VERSION", hint="pins are requirement lines"
-                    )
+                        path, doc, ["rules", i, "fixes", j], f"pin {pin!r} is not NAME==VERSION", hint="a fix pins one exact release"
+                    ) from None
+            if fix.get("workload"):
+                from doctor.workload import build
+
+                try:
+                    build(fix["workload"], source="fix")
+                except InputError as exc:
+                    raise _fail(path, doc, ["rules", i, "fixes", j, "workload"], exc.message, hint="workload keys as in docs/workload.md") from None
     for i, fw in enumerate(doc.get("frameworks", ()) or ()):
         walk(fw.get("installed"), ["frameworks", i, "installed"])
         for j, b in enumerate(fw.get("backends", ())):
@@ -311,20 +251,20 @@ def _build(path: Path, doc: Mapping[str, Any]) -> Tuple[List[Framework], List[Ru
                 tests=_plain(r["tests"]),
                 path=str(path),
                 line=getattr(r, "line", 0),
-                severity=r.get("severity"),
+                severity=Severity(r["severity"]) if r.get("severity") else None,
                 disables=r.get("disables"),
                 area=r.get("area", "general"),
                 fixes=tuple(
                     Fix(
                         description=" ".join(f["description"].split()),
-                        pins=tuple(f.get("pins", ())),
+                        pins=tuple(parse_pin(str(p), what="pin") for p in f.get("pins", ())),
                         env=dict(f.get("env", {})),
                         config=tuple(f.get("config", ())),
+                        workload=_plain(f.get("workload", {})),
                         cost=f.get("cost"),
                     )
                     for f in fixes
                 ),
-                fix_workloads=tuple(_plain(f.get("workload", {})) for f in fixes),
                 kernels=tuple(r.get("kernels", ())),
                 silent_wrong_results=bool(r.get("silent_wrong_results", False)),
             )
@@ -341,7 +281,7 @@ def _plain(obj: Any) -> Any:
 
 
 def load_file(path: Path) -> Tuple[List[Framework], List[Rule]]:
-    doc = read_yaml(path)
+    doc = read_yaml(path, error=RuleError)
     if doc is None:
         raise RuleError("empty rule file", path=str(path), hint="a rule file holds `rules:` and/or `frameworks:`")
     if not isinstance(doc, dict):
@@ -443,8 +383,9 @@ def _framework_refs(cond: Any) -> Iterable[str]:
 
 
 def _cache_dir() -> Optional[Path]:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "attn-doctor"
+    from doctor.cachedir import default_cache_dir
+
+    return default_cache_dir(os.environ)
 
 
 def _fingerprint(files: Sequence[Path]) -> str:
@@ -478,10 +419,18 @@ def _from_json(doc: Mapping[str, Any]) -> Catalogue:
             **{
                 **r,
                 "sources": tuple(r["sources"]),
+                "severity": Severity(r["severity"]) if r["severity"] else None,
                 "fixes": tuple(
-                    Fix(**{**x, "pins": tuple(x["pins"]), "config": tuple(x["config"])}) for x in r["fixes"]
+                    Fix(
+                        **{
+                            **x,
+                            "pins": tuple(Pin(p["name"], p["version"], tuple(p["extras"])) for p in x["pins"]),
+                            "config": tuple(x["config"]),
+                            "brings_up": tuple(x["brings_up"]),
+                        }
+                    )
+                    for x in r["fixes"]
                 ),
-                "fix_workloads": tuple(r["fix_workloads"]),
                 "kernels": tuple(r["kernels"]),
             }
         )
@@ -519,6 +468,9 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
             tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(_to_json(frameworks, rules)), encoding="utf-8")
             os.replace(tmp, cache_file)
+            from doctor.cachedir import prune
+
+            prune(cache_file.parent, "catalogue-*.json")
         except OSError:
             pass  # a read-only home only costs speed
     return cat

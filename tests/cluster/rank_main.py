@@ -17,11 +17,12 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional
 
 from doctor.cluster.gather import Timeouts
 from doctor.cluster.run import ClusterOptions, run_distributed
 from doctor.model import CaseResult, Workload
+from doctor.verify.results import Environment, KernelRun, Phases
 
 CASE = "sdpa.flash/bf16/hd128/causal/fwdbwd"
 
@@ -52,10 +53,12 @@ def probe(loaded: bool) -> Dict[str, Any]:
     return doc
 
 
-def kernels(snapshot: Mapping[str, Any], workload: Optional[Workload], index: Optional[int]) -> Tuple[CaseResult, ...]:
+def kernels(snapshot: Mapping[str, Any], workload: Optional[Workload], index: Optional[int]) -> KernelRun:
     if os.environ.get("ATTN_DOCTOR_TEST_KERNEL_FAIL") == "1":
-        return (CaseResult(CASE, "sdpa.flash", "failed", "max rel error 0.31 > 0.02"),)
-    return (CaseResult(CASE, "sdpa.flash", "passed", max_rel_error=0.004),)
+        results = (CaseResult(CASE, "sdpa.flash", "failed", "max rel error 0.31 > 0.02"),)
+    else:
+        results = (CaseResult(CASE, "sdpa.flash", "passed", max_rel_error=0.004),)
+    return KernelRun(results=results, details=(), phases=Phases(), environment=Environment())
 
 
 def main() -> int:

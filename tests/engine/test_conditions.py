@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from doctor.model import facts_from_snapshot
-from doctor.rules.conditions import Context, evaluate, version_matches
+from doctor.snapshot import facts_from_snapshot
+from doctor.rules.conditions import Context, evaluate
+from doctor.versions import version_matches
 from doctor.workload import build, default_workload
 
 

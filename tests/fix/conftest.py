@@ -8,7 +8,7 @@ from typing import Any, Dict, Mapping
 
 import pytest
 
-from doctor.releases import ReleaseCatalogue, load_release_catalogue
+from doctor.releases.catalogue import ReleaseCatalogue, load_release_catalogue
 from doctor.rules.loader import Catalogue, load_catalogue
 
 SEEDS = (

@@ -9,10 +9,10 @@ from typing import Any, List, Sequence, Tuple
 
 import pytest
 
-from doctor.fix.catalogue import IndexUnreachable, python_spec, refresh, via_json
-from doctor.releases import CATALOGUE_PACKAGES
+from doctor.releases.refresh import IndexUnreachable, python_spec, refresh, via_json
+from doctor.releases.catalogue import CATALOGUE_PACKAGES
 from doctor.resources import rules_dir
-from doctor.rules.conditions import parse_version
+from doctor.versions import parse_version
 
 RELEASES = rules_dir() / "releases"
 

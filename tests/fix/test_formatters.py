@@ -12,7 +12,7 @@ import pytest
 
 from doctor.fix.plan import Alternative, Change, FixPlan, Step
 from doctor.fix.wheels import WheelChoice
-from doctor.model import Finding
+from doctor.model import Finding, Fix, Pin, Severity
 from doctor.report.fix_json import plan_document, render_fix_json
 from doctor.report.fix_markdown import render_fix_markdown
 from doctor.report.fix_text import render_fix
@@ -22,17 +22,17 @@ URL = "https://github.com/Dao-AILab/flash-attention/releases/download/v2.5.9.pos
 
 
 def _plan() -> FixPlan:
-    softcap = Finding("TE-CP-FLASH-ATTN-SOFTCAP", "error", "Context-parallel backward crashes on flash-attn >= 2.6 with TransformerEngine 1.13.0", "...", "fired")
-    allgather = Finding("TE-CP-ALLGATHER-CUDNN-LT-9-3", "error", "Context-parallel all_gather needs cuDNN >= 9.3 for FusedAttention", "...", "fired")
-    slow = Finding("FA-NO-KERNEL-FOR-WORKLOAD", "warning", "flash-attn is installed, but none of its kernels can run this workload", "...", "fired")
+    softcap = Finding("TE-CP-FLASH-ATTN-SOFTCAP", Severity.ERROR, "Context-parallel backward crashes on flash-attn >= 2.6 with TransformerEngine 1.13.0", "...", "fired")
+    allgather = Finding("TE-CP-ALLGATHER-CUDNN-LT-9-3", Severity.ERROR, "Context-parallel all_gather needs cuDNN >= 9.3 for FusedAttention", "...", "fired")
+    slow = Finding("FA-NO-KERNEL-FOR-WORKLOAD", Severity.WARNING, "flash-attn is installed, but none of its kernels can run this workload", "...", "fired")
     return FixPlan(
-        pins=("flash-attn==2.5.9.post1", "nvidia-cudnn-cu12==9.3.0.75"),
+        pins=(Pin("flash-attn", "2.5.9.post1"), Pin("nvidia-cudnn-cu12", "9.3.0.75")),
         env={"NVTE_DEBUG": "1"},
         config=(),
         workload_changes={},
         changes=(
-            Change("TE-CP-FLASH-ATTN-SOFTCAP", "Downgrade flash-attn 2.6.3 -> 2.5.9.post1", pins=("flash-attn==2.5.9.post1",), origin="catalogue"),
-            Change("TE-CP-ALLGATHER-CUDNN-LT-9-3", "Install cuDNN 9.3", pins=("nvidia-cudnn-cu12==9.3.0.75",), cost="pip reports torch's exact cuDNN pin"),
+            Change("TE-CP-FLASH-ATTN-SOFTCAP", Fix("Downgrade flash-attn 2.6.3 -> 2.5.9.post1", pins=(Pin("flash-attn", "2.5.9.post1"),)), origin="catalogue"),
+            Change("TE-CP-ALLGATHER-CUDNN-LT-9-3", Fix("Install cuDNN 9.3", pins=(Pin("nvidia-cudnn-cu12", "9.3.0.75"),), cost="pip reports torch's exact cuDNN pin")),
         ),
         targets=(softcap, allgather, slow),
         cleared=("TE-CP-FLASH-ATTN-SOFTCAP", "TE-CP-ALLGATHER-CUDNN-LT-9-3"),
@@ -46,7 +46,7 @@ def _plan() -> FixPlan:
         ),
         conflicts=("torch 2.4.1 requires nvidia-cudnn-cu12==9.1.0.70 exactly: pip will report a conflict",),
         wheels=(WheelChoice("2.5.9.post1", True, URL.rsplit("/", 1)[1], URL, ("assumed CUDA 12.1 (the default PyPI build of torch 2.4.1)",)),),
-        alternatives=(Alternative(("TE-CP-ALLGATHER-CUDNN-LT-9-3",), "Move to torch 2.7.1", ("torch==2.7.1",), {}, (), "a torch upgrade", "pip installs it without complaint"),),
+        alternatives=(Alternative(("TE-CP-ALLGATHER-CUDNN-LT-9-3",), Fix("Move to torch 2.7.1", pins=(Pin("torch", "2.7.1"),), cost="a torch upgrade"), "pip installs it without complaint"),),
         notes=("TE-CP-FLASH-ATTN-SOFTCAP: transformer-engine==2.0.0 is not a release on PyPI; nearby releases are tried instead",),
         verified=True,
         catalogue_date="2026-11-21",

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from doctor.errors import WriteError
-from doctor.fix.pinfile import HEADER, Pin, render_pinfile, write_pinfile
+from doctor.fix.pinfile import HEADER, Pinned, render_pinfile, write_pinfile
+from doctor.model import Pin
 
-FA = Pin("flash-attn", "2.5.9.post1", ("TE-CP-FLASH-ATTN-SOFTCAP",))
-TF = Pin("transformers", "4.42.4", ("XTUNER-01-TRANSFORMERS-FA-FORWARD",))
+FA = Pinned(Pin("flash-attn", "2.5.9.post1"), ("TE-CP-FLASH-ATTN-SOFTCAP",))
+TF = Pinned(Pin("transformers", "4.42.4"), ("XTUNER-01-TRANSFORMERS-FA-FORWARD",))
 
 
 def test_replaces_in_place_keeping_extras_markers_and_comments() -> None:
@@ -50,7 +51,7 @@ def test_new_pins_are_appended_under_one_header_and_rerunning_changes_nothing() 
     twice, _ = render_pinfile(once, [FA, TF])
     assert twice == once
     # A later plan with another version replaces the managed line, still in place.
-    later, _ = render_pinfile(once, [Pin("flash-attn", "2.5.8", ("TE-CP-FLASH-ATTN-SOFTCAP",)), TF])
+    later, _ = render_pinfile(once, [Pinned(Pin("flash-attn", "2.5.8"), ("TE-CP-FLASH-ATTN-SOFTCAP",)), TF])
     assert "flash-attn==2.5.8  # attn-doctor: TE-CP-FLASH-ATTN-SOFTCAP\n" in later and later.count(HEADER) == 1
 
 
@@ -147,11 +148,11 @@ def test_device_files_are_refused_and_symlinks_followed(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     with pytest.raises(WriteError, match="not a regular file"):
-        write_pinfile(fifo, [Pin("flash-attn", "2.5.8", ("R",))])
+        write_pinfile(fifo, [Pinned(Pin("flash-attn", "2.5.8"), ("R",))])
     assert fifo.is_fifo()
     real = tmp_path / "real.txt"
     real.write_text("numpy==1.26.4\n")
     link = tmp_path / "link.txt"
     link.symlink_to(real)
-    write_pinfile(link, [Pin("flash-attn", "2.5.8", ("R",))])
+    write_pinfile(link, [Pinned(Pin("flash-attn", "2.5.8"), ("R",))])
     assert link.is_symlink() and "flash-attn==2.5.8" in real.read_text() and "numpy==1.26.4" in real.read_text()

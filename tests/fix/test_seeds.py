@@ -10,11 +10,12 @@ from typing import Any, Dict, List
 
 import pytest
 
-from doctor.assume import apply_env, apply_pins, apply_workload
+from doctor.fix.recheck import apply_fix, recheck
+from doctor.model import Fix
 from doctor.cli import main
 from doctor.fix.plan import plan_fixes
 from doctor.rules.cases import case_inputs
-from doctor.rules.evaluate import diagnose, fix_clears
+from doctor.rules.evaluate import diagnose
 from tests.fix.conftest import SEEDS, write_snapshot
 
 # The environments of the five reports in shared/seeds (what the reporters ran).
@@ -69,13 +70,11 @@ EXPECTED = {
 
 def _no_automatic_fix(cat, rule_id: str) -> bool:  # type: ignore[no-untyped-def]
     rule = cat.rule(rule_id)
-    return not any(f.pins or f.env or wl for f, wl in zip(rule.fixes, rule.fix_workloads))
+    return not any(f.checkable for f in rule.fixes)
 
 
 def _errors_after(cat, facts, workload, plan) -> List[str]:  # type: ignore[no-untyped-def]
-    f = apply_pins(facts, plan.pins) if plan.pins else facts
-    f = apply_env(f, dict(plan.env)) if plan.env else f
-    w = apply_workload(workload, dict(plan.workload_changes))
+    f, w = apply_fix(facts, workload, Fix("plan", pins=plan.pins, env=dict(plan.env), workload=dict(plan.workload_changes)))
     return [x.rule_id for x in diagnose(cat, f, w).findings if x.status == "fired" and x.severity == "error"]
 
 
@@ -89,10 +88,10 @@ def test_seed_plan(name: str, cat, rel) -> None:  # type: ignore[no-untyped-def]
     assert all(_no_automatic_fix(cat, r) for r in plan.unresolved), plan.unresolved
     assert plan.verified and not plan.new_findings
     for pin in pins:
-        assert pin in plan.pins
+        assert pin in [str(p) for p in plan.pins]
     for k, v in env.items():
         assert plan.env.get(k) == v
-    assert "torch" not in " ".join(plan.pins), "no seed needs torch to move"
+    assert "torch" not in [p.name for p in plan.pins], "no seed needs torch to move"
     assert _errors_after(cat, facts, workload, plan) == []
 
 
@@ -111,9 +110,9 @@ def test_seed_001_flags_the_cudnn_conflict_and_offers_a_torch(cat, rel) -> None:
     plan = plan_fixes(rel, cat, facts, workload)
     assert len(plan.conflicts) == 1 and "torch 2.4.1 requires nvidia-cudnn-cu12==9.1.0.70" in plan.conflicts[0]
     alt = plan.alternatives[0]
-    assert "torch==2.7.1" in alt.pins and not any(p.startswith("nvidia-cudnn") for p in alt.pins)
+    assert "torch==2.7.1" in [str(p) for p in alt.pins] and not any(p.name.startswith("nvidia-cudnn") for p in alt.pins)
     # The alternative is itself verified: torch 2.7.1 bundles cuDNN 9.5.1.
-    f = apply_pins(facts, alt.pins)
+    f, _ = apply_fix(facts, workload, alt.fix)
     assert "TE-CP-ALLGATHER-CUDNN-LT-9-3" not in [x.rule_id for x in diagnose(cat, f, workload).findings if x.status == "fired"]
 
 
@@ -145,7 +144,7 @@ def test_seed_plan_through_the_cli(name: str, tmp_path: Path, capsys, cat) -> No
 def _fixable_cases(cat):  # type: ignore[no-untyped-def]
     out = []
     for rule in cat.rules:
-        if rule.disables or not any(f.pins or f.env or wl for f, wl in zip(rule.fixes, rule.fix_workloads)):
+        if rule.disables or not any(f.checkable for f in rule.fixes):
             continue
         for i, case in enumerate(rule.tests["fires"]):
             out.append(pytest.param(rule.id, case, id=f"{rule.id}-{i}"))
@@ -166,9 +165,9 @@ def test_every_rule_with_an_automatic_fix(rule_id: str, fixable_case, cat, rel) 
     plan = plan_fixes(rel, cat, facts, workload)
     rule = cat.rule(rule_id)
     clearable = any(
-        (f.pins or f.env or wl) and fix_clears(cat, facts, workload, rule_id, f, wl)[0]
-        for f, wl in zip(rule.fixes, rule.fix_workloads)
-        if all(rel.exists(*p.split("==")) or rel.torch_row(p.split("==")[1]) for p in f.pins)
+        f.checkable and recheck(cat, facts, workload, f, (rule_id,)).verified
+        for f in rule.fixes
+        if all(rel.exists(p.name, p.version) or rel.torch_row(p.version) for p in f.pins)
     )
     if clearable:
         assert rule_id in plan.cleared, (plan.pins, dict(plan.env), plan.notes)
@@ -176,8 +175,7 @@ def test_every_rule_with_an_automatic_fix(rule_id: str, fixable_case, cat, rel) 
     assert set(errors) <= set(plan.unresolved), errors
     assert plan.verified, "a plan never brings up a new error"
     for pin in plan.pins:
-        name, version = pin.split("==")
-        assert rel.exists(name, version) or (name == "torch" and rel.torch_row(version)), pin
+        assert rel.exists(pin.name, pin.version) or (pin.name == "torch" and rel.torch_row(pin.version)), pin
 
 
 def test_seed_rules_are_in_the_catalogue(cat) -> None:  # type: ignore[no-untyped-def]

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List
 
 import pytest
 
-from doctor.verify import kernels_dir
+from doctor.resources import kernels_dir
 
 NO_TORCH = {"ATTN_DOCTOR_WORKER_SELFTEST": "1", "ATTN_DOCTOR_WORKER_NO_TORCH": "1"}
 

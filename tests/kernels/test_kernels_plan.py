@@ -7,7 +7,8 @@ from pathlib import Path
 
 from doctor.model import Facts, GpuInfo, TorchInfo, Workload
 from doctor.verify import (BACKENDS, CASE_ID_PATTERN, SDPA_BACKENDS, installed_backends,
-                           kernels_available, kernels_dir, make_case, matches, plan_cases)
+                           kernels_available, make_case, matches, plan_cases)
+from doctor.resources import kernels_dir
 
 ALL_SDPA = set(SDPA_BACKENDS)
 

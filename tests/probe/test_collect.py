@@ -102,7 +102,7 @@ def test_no_cache_without_a_cache_dir(site: Path) -> None:
 
 
 def test_cache_is_off_with_the_environment_switch() -> None:
-    from doctor.probe.sources import default_cache_dir
+    from doctor.cachedir import default_cache_dir
 
     assert default_cache_dir({"HOME": "/home/u"}) == Path("/home/u/.cache/attn-doctor")
     assert default_cache_dir({"XDG_CACHE_HOME": "/c"}) == Path("/c/attn-doctor")

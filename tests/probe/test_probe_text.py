@@ -41,19 +41,6 @@ def test_no_ansi_without_colour_and_ansi_with_it() -> None:
     assert "\x1b[" in render_probe(_doc(), color=True, width=100)
 
 
-def test_colour_follows_the_terminal_and_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sys
-
-    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
-    monkeypatch.delenv("NO_COLOR", raising=False)
-    assert "\x1b[" in render_probe(_doc(), width=100)
-    monkeypatch.setenv("NO_COLOR", "1")
-    assert "\x1b[" not in render_probe(_doc(), width=100)
-    monkeypatch.delenv("NO_COLOR")
-    monkeypatch.setattr(sys.stdout, "isatty", lambda: False, raising=False)
-    assert "\x1b[" not in render_probe(_doc(), width=100)
-
-
 def test_respects_width() -> None:
     for width in (60, 100):
         lines = render_probe(_doc(), color=False, width=width).splitlines()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from doctor.app import Inputs, check, fail_count
-from doctor.model import facts_from_snapshot
+from doctor.snapshot import facts_from_snapshot
 from doctor.report.check_json import report_dict
 from doctor.report.check_junit import render_check_junit
 from doctor.report.check_markdown import render_check_markdown
@@ -85,11 +85,15 @@ def test_json_contract(report) -> None:  # type: ignore[no-untyped-def]
     assert f["fixes"][0] == {
         "pins": [],
         "env": {"NVTE_UNFUSED_ATTN": "1"},
+        "workload": {},
         "config": [],
         "description": "Let TE use UnfusedDotProductAttention",
         "cost": "unfused attention: correct but slower, O(seq^2) memory",
         "verified": True,
+        "brings_up": f["fixes"][0]["brings_up"],
+        "planned": False,
     }
+    assert isinstance(f["fixes"][0]["brings_up"], list)
     assert {b["id"]: b["available"] for b in doc["backends"]} == {"te.flash": False, "te.fused": False, "te.unfused": False}
     assert doc["summary"]["error"] == 1 and doc["summary"]["rules"] == 10
     assert doc["workload"]["head_dim_qk"] == 192 and doc["workload"]["head_dim_v"] == 128

@@ -56,21 +56,20 @@ def test_every_pin_names_a_release_that_exists() -> None:
     import json
 
     from doctor.resources import rules_dir
-    from doctor.rules.conditions import normalize_dist
+    from doctor.versions import canonical_name
 
     known = {}
     for f in (rules_dir() / "releases").glob("*.json"):
         doc = json.loads(f.read_text())
         if isinstance(doc.get("releases"), list) and doc.get("package"):
-            known[normalize_dist(doc["package"])] = {r["version"] for r in doc["releases"]}
+            known[canonical_name(doc["package"])] = {r["version"] for r in doc["releases"]}
         if isinstance(doc.get("torch"), list):
             known.setdefault("torch", set()).update(r["version"] for r in doc["torch"])
     assert {"flash-attn", "transformer-engine", "transformers", "nvidia-cudnn-cu12", "torch"} <= set(known)
     for rule in CAT.rules:
         for fix in rule.fixes:
             for pin in fix.pins:
-                name, _, version = pin.partition("==")
-                name = normalize_dist(name.split("[")[0])
+                name, version = pin.name, pin.version
                 assert name in known, f"{rule.id}: {pin} names a package the release catalogue does not list"
                 assert version in known[name], f"{rule.id}: {pin} is not a published release"
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from fnmatch import fnmatchcase
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from doctor.model import BackendStatus, CaseResult, Finding, Report, Workload
+from doctor.model import BackendStatus, CaseResult, Finding, Report, Severity, Workload
 from doctor.rules.loader import Catalogue
+from doctor.verify.cases import CaseSpec, workload_for_case
+from doctor.verify.results import KernelRun
 
 BAD = ("failed", "crashed", "timeout")
 REFUSED = ("unsupported",)
@@ -37,7 +39,7 @@ def _describe(c: CaseResult) -> str:
     return f"{c.id} {c.status}{extra}{detail}"
 
 
-def link_kernels(report: Report, cat: Catalogue, kernel_run: Any) -> Report:
+def link_kernels(report: Report, cat: Catalogue, kernel_run: KernelRun) -> Report:
     results: Tuple[CaseResult, ...] = tuple(kernel_run.results)
     explained: set = set()
     findings: List[Finding] = []
@@ -59,12 +61,12 @@ def link_kernels(report: Report, cat: Catalogue, kernel_run: Any) -> Report:
                 replace(
                     f,
                     status="refuted",
-                    severity="info",
+                    severity=Severity.INFO,
                     evidence=tuple(_describe(c) for c in cases[:4]) + ("observed working here: the static rule may be stale",),
                 )
             )
     backends: List[BackendStatus] = []
-    specs = {spec.id: spec for spec in getattr(kernel_run, "cases", ())}
+    specs = {spec.id: spec for spec in kernel_run.cases}
     predict = _Predictor(cat, report)
     for b in report.backends:
         cases = [c for c in results if c.backend == b.id and c.status != "skipped"]
@@ -101,7 +103,7 @@ def link_kernels(report: Report, cat: Catalogue, kernel_run: Any) -> Report:
             findings.append(
                 Finding(
                     rule_id=f"KERNEL-{rule.id}",
-                    severity="warning",
+                    severity=Severity.WARNING,
                     title=f"{render(rule.title, ctx)} (seen here in kernel case {c.id})",
                     message=(
                         f"The kernel case {c.id} {c.status} on this machine, as rule {rule.id} describes; "
@@ -124,7 +126,7 @@ def link_kernels(report: Report, cat: Catalogue, kernel_run: Any) -> Report:
         findings.append(
             Finding(
                 rule_id=f"KERNEL-{c.backend.upper().replace('.', '-').replace('_', '-')}-{c.status.upper()}",
-                severity="error" if validated else "warning",
+                severity=Severity.ERROR if validated else "warning",
                 title=f"{c.backend} {'gave wrong results' if c.status == 'failed' else c.status} in kernel case {c.id}",
                 message=(
                     f"No rule predicted this: the kernel case {c.id} {c.status} on this machine. "
@@ -166,41 +168,22 @@ class _Predictor:
         self.report = report
         self.memo: Dict[Workload, Dict[str, BackendStatus]] = {}
 
-    def backend(self, spec: Any, backend_id: str) -> Optional[BackendStatus]:
-        from doctor.model import ContextParallel
+    def backend(self, spec: CaseSpec, backend_id: str) -> Optional[BackendStatus]:
         from doctor.rules.evaluate import diagnose
 
-        w = replace(
-            self.report.workload,
-            dtype=spec.dtype,
-            batch_size=spec.batch,
-            num_heads=spec.heads_q,
-            num_kv_heads=spec.heads_kv,
-            seq_len_q=spec.seq_q,
-            seq_len_kv=spec.seq_kv,
-            head_dim_qk=spec.head_dim_qk,
-            head_dim_v=spec.head_dim_v,
-            mask=spec.mask,
-            window_size=tuple(spec.window) if spec.window else None,
-            softcap=spec.softcap,
-            dropout=spec.dropout,
-            qkv_packed=spec.layout == "strided-qkv",
-            varlen=spec.layout == "varlen",
-            training=spec.direction == "fwdbwd",
-            context_parallel=ContextParallel(),
-        )
+        w = workload_for_case(spec, self.report.workload)
         if w not in self.memo:  # one diagnosis per distinct shape (Workload is frozen, hashable)
             self.memo[w] = {b.id: b for b in diagnose(self.cat, self.report.facts, w).backends}
         return self.memo[w].get(backend_id)
 
 
-def _timings(kernel_run: Any) -> Tuple[Tuple[str, str], ...]:
+def _timings(kernel_run: KernelRun) -> Tuple[Tuple[str, str], ...]:
     """Per shape: the fastest backend that passed, then every timed backend."""
     lines: List[Tuple[str, str]] = []
-    for t in getattr(kernel_run, "fastest", ()):
+    for t in kernel_run.fastest:
         tf = f", {t.tflops:.1f} TFLOP/s" if t.tflops else ""
         lines.append((f"fastest that passed at {t.shape}", f"{t.backend} {t.ms:.3f} ms{tf}"))
-    for t in getattr(kernel_run, "timings", ()):
+    for t in kernel_run.timings:
         tf = f", {t.tflops:.1f} TFLOP/s" if t.tflops else ""
         note = "" if t.correct else " (failed a correctness case)"
         lines.append((f"{t.backend} at {t.shape}", f"{t.ms:.3f} ms{tf}{note}"))

@@ -129,7 +129,7 @@ class ReleaseCatalogue:
 
     def python_ok(self, name: str, version: str, python: Optional[str]) -> bool:
         """Can this version be installed on this Python? True when either is unknown."""
-        from doctor.rules.conditions import version_matches
+        from doctor.versions import version_matches
 
         if not python:
             return True
@@ -181,7 +181,7 @@ def _bundle(row: Mapping[str, Any]) -> TorchBundle:
 def torch_bundle(version: str) -> Optional[TorchBundle]:
     """The bundle of the default PyPI wheel of this torch release (local label ignored;
     an x.y.z that is not in the table falls back to the newest patch of x.y listed)."""
-    from doctor.rules.conditions import parse_version
+    from doctor.versions import parse_version
 
     v = parse_version(version)
     if v is None:
@@ -197,7 +197,7 @@ def torch_bundle(version: str) -> Optional[TorchBundle]:
 
 @lru_cache(maxsize=8)
 def _catalogue(directory: Optional[str]) -> ReleaseCatalogue:
-    from doctor.rules.conditions import parse_version
+    from doctor.versions import parse_version
 
     packages: Dict[str, PackageReleases] = {}
     dates: List[str] = []

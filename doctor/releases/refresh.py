@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from doctor.errors import DoctorError, ExitCode
-from doctor.releases import CATALOGUE_PACKAGES
+from doctor.releases.catalogue import CATALOGUE_PACKAGES
 
 PYTHONS = ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
 # Binary wheels tagged py3-none: the Python does not decide which versions install.
@@ -48,7 +48,7 @@ class IndexUnreachable(DoctorError):
 
 
 def _version_key(v: str) -> Any:
-    from doctor.rules.conditions import parse_version
+    from doctor.versions import parse_version
 
     return parse_version(v) or parse_version("0")
 

@@ -1,0 +1,106 @@
+"""Re-checking a fix: the one definition of "verified", shared by `check` and `fix`.
+
+A fix is applied to the facts and the workload (doctor.assume: a torch pin also moves the CUDA
+and cuDNN it bundles) and every rule is evaluated again. The fix is **verified** for a finding
+when the finding's rule then evaluates to false (not merely undecidable) and no error fires that
+did not fire before. Warnings it brings up do not unverify it, but they are part of the result,
+and both commands show them ("brings up TE-REQ-CUDNN-9-3").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import List, Optional, Set, Tuple
+
+from doctor.assume import apply_env, apply_pins, apply_workload
+from doctor.model import Facts, Finding, Fix, Severity, Workload
+from doctor.rules.evaluate import Diagnosis, diagnose
+from doctor.rules.loader import Catalogue
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """What re-evaluating the catalogue with a fix applied showed."""
+
+    cleared: Tuple[str, ...]  # target rules that now evaluate to false
+    still: Tuple[str, ...]  # target rules that still fire or became undecidable
+    new_errors: Tuple[str, ...]
+    new_warnings: Tuple[str, ...]
+    diagnosis: Diagnosis
+
+    @property
+    def verified(self) -> bool:
+        return not self.still and not self.new_errors
+
+    @property
+    def side_effects(self) -> str:
+        """'' or a short phrase naming what the fix brings up."""
+        parts = []
+        if self.new_errors:
+            parts.append("also triggers " + ", ".join(self.new_errors))
+        if self.new_warnings:
+            parts.append("brings up warning " + ", ".join(self.new_warnings))
+        return "; ".join(parts)
+
+
+def apply_fix(facts: Facts, workload: Workload, fix: Fix) -> Tuple[Facts, Workload]:
+    """Facts and workload as they would be with `fix` applied (torch pins first: its bundle
+    resets cuDNN, and an explicit cuDNN pin then wins)."""
+    if fix.pins:
+        facts = apply_pins(facts, sorted(fix.pins, key=lambda p: (p.name != "torch", p.name)))
+    if fix.env:
+        facts = apply_env(facts, dict(fix.env))
+    if fix.workload:
+        workload = apply_workload(workload, fix.workload)
+    return facts, workload
+
+
+def fired(diagnosis: Diagnosis, severity: Severity) -> Set[str]:
+    return {f.rule_id for f in diagnosis.findings if f.status == "fired" and f.severity == severity}
+
+
+def recheck(
+    cat: Catalogue,
+    facts: Facts,
+    workload: Workload,
+    fix: Fix,
+    targets: Tuple[str, ...],
+    before: Optional[Diagnosis] = None,
+) -> Recheck:
+    """Apply `fix` and evaluate every rule again; `targets` are the rules it should clear."""
+    before = before or diagnose(cat, facts, workload)
+    f2, w2 = apply_fix(facts, workload, fix)
+    return compare(before, diagnose(cat, f2, w2), targets)
+
+
+def compare(before: Diagnosis, after: Diagnosis, targets: Tuple[str, ...]) -> Recheck:
+    """The verdict on a change, from the diagnoses before and after it."""
+    # "cleared" means evaluated and false: a fix that only makes the rule undecidable is no fix
+    cleared = tuple(t for t in targets if after.result(t).status == "passed")
+    still = tuple(t for t in targets if t not in cleared)
+    new_errors = tuple(sorted(fired(after, Severity.ERROR) - fired(before, Severity.ERROR) - set(targets)))
+    new_warnings = tuple(sorted(fired(after, Severity.WARNING) - fired(before, Severity.WARNING) - set(targets)))
+    return Recheck(cleared, still, new_errors, new_warnings, after)
+
+
+def verified_fixes(cat: Catalogue, facts: Facts, workload: Workload, diagnosis: Diagnosis) -> Tuple[Finding, ...]:
+    """Findings with only the fixes that, applied alone, are verified (see the module doc);
+    advice the doctor cannot apply (a code change) is kept, unverified. Verified fixes come
+    first, in the rule's order."""
+    out: List[Finding] = []
+    for finding in diagnosis.findings:
+        if finding.status != "fired" or not finding.fixes:
+            out.append(finding)
+            continue
+        kept: List[Fix] = []
+        advice: List[Fix] = []
+        for fix in finding.fixes:
+            if not fix.checkable:
+                advice.append(fix)
+                continue
+            result = recheck(cat, facts, workload, fix, (finding.rule_id,), before=diagnosis)
+            if result.verified:
+                kept.append(replace(fix, verified=True, brings_up=result.new_warnings))
+        out.append(replace(finding, fixes=tuple(kept + advice)))
+    return tuple(out)
+

@@ -1,0 +1,133 @@
+"""Package names, versions, specifiers and pins: the one place the project reads them.
+
+    canonical_name("Flash_Attn")            -> "flash-attn"   (PEP 503, as packaging does it)
+    parse_version("2.3.0a0+6ddf5cf.nv24.04") -> Version, or None when it is no version at all
+    version_matches("2.4.0+cu121", "<=2.4.0") -> True  (local labels ignored, NGC builds as releases)
+    parse_pin("flash-attn==2.5.8")           -> Pin("flash-attn", "2.5.8")
+
+Specifiers are validated with packaging's SpecifierSet when the catalogue loads
+(`validate_spec`), and matched here by a small matcher that needs only packaging.version:
+importing packaging.specifiers / packaging.utils costs 13-38 ms at every start, and the
+static check must feel instant. tests/test_versions.py checks both against packaging.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Optional, Tuple
+
+from packaging.version import InvalidVersion, Version
+
+from doctor.errors import InputError
+from doctor.model import Pin
+
+_SEPARATORS = re.compile(r"[-_.]+")
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503 normalised distribution name: packaging.utils.canonicalize_name without
+    importing it (it pulls packaging.tags, ~38 ms)."""
+    return _SEPARATORS.sub("-", name).lower()
+
+
+@lru_cache(maxsize=4096)
+def parse_version(text: str) -> Optional[Version]:
+    """A PEP 440 version; a string that only starts with a release ("12.4.127 (driver)") is
+    read as that release; None when there is no version in it at all."""
+    try:
+        return Version(str(text))
+    except InvalidVersion:
+        m = re.match(r"^\s*(\d+(?:\.\d+)*)", str(text))
+        return Version(m.group(1)) if m else None
+
+
+def is_version(text: str) -> bool:
+    """True for a PEP 440 version, incl. local and NGC forms (2.3.0a0+6ddf5cf.nv24.04)."""
+    try:
+        Version(str(text))
+    except InvalidVersion:
+        return False
+    return True
+
+
+@lru_cache(maxsize=4096)
+def release(text: str) -> Optional[Version]:
+    """The release part only: 2.7.4.post1+cu12 -> 2.7.4."""
+    v = parse_version(text)
+    return None if v is None else Version(v.base_version)
+
+
+_CLAUSE = re.compile(r"^\s*(~=|===|==|!=|<=|>=|<|>)\s*([0-9][0-9A-Za-z.+!*-]*)\s*$")
+
+
+@lru_cache(maxsize=2048)
+def parse_spec(text: str) -> Tuple[Tuple[str, str], ...]:
+    """'>=2.6,<2.7' -> (('>=', '2.6'), ('<', '2.7'))."""
+    out = []
+    for clause in text.split(","):
+        m = _CLAUSE.match(clause)
+        if not m:
+            raise ValueError(f"bad version specifier {text!r}")
+        out.append((m.group(1), m.group(2)))
+    return tuple(out)
+
+
+def _clause(v: Version, op: str, target: str) -> bool:
+    if target.endswith(".*"):  # ==2.6.* / !=2.6.*: prefix match on the release
+        prefix = tuple(int(x) for x in target[:-2].split("."))
+        hit = v.release[: len(prefix)] == prefix
+        return hit if op == "==" else not hit
+    t = Version(target)
+    if op in ("==", "==="):
+        return v == t
+    if op == "!=":
+        return v != t
+    if op == "<":
+        return v < t
+    if op == "<=":
+        return v <= t
+    if op == ">":
+        return v > t
+    if op == ">=":
+        return v >= t
+    # ~=X.Y(.Z): >= X.Y(.Z) and == X.*(.Y.*)
+    prefix = t.release[:-1]
+    return v >= t and v.release[: len(prefix)] == prefix
+
+
+@lru_cache(maxsize=8192)
+def version_matches(version: str, spec: str) -> bool:
+    """PEP 440 match that ignores local labels (2.4.0+cu121 satisfies <=2.4.0) and lets
+    pre-releases such as NGC's 2.3.0a0+6ddf5cf.nv24.04 match like their release."""
+    v = parse_version(version)
+    if v is None:
+        return False
+    # Drop the local label; an NGC-style pre-release with a local label (2.3.0a0+6ddf5cf.nv24.04)
+    # is that release as shipped, so compare it as 2.3.0. Post releases (2.7.4.post1) stay.
+    public = Version(v.base_version) if (v.local and v.is_prerelease) else Version(v.public)
+    return all(_clause(public, op, target) for op, target in parse_spec(spec))
+
+
+def validate_spec(text: str) -> Optional[str]:
+    """None when `text` is a specifier both packaging and our matcher read; else why not."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        SpecifierSet(text)
+        parse_spec(text)
+    except (InvalidSpecifier, ValueError) as exc:
+        return str(exc)
+    return None
+
+
+_PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*==\s*([0-9][^\s;]*)\s*$")
+
+
+def parse_pin(text: str, *, what: str = "--assume") -> Pin:
+    """'flash-attn==2.5.8' or 'transformer-engine[pytorch]==2.1.0' -> Pin; InputError otherwise."""
+    m = _PIN.match(text)
+    if not m or not is_version(m.group(3)):
+        raise InputError(f"{what} {text!r}: expected NAME==VERSION", hint="e.g. --assume flash-attn==2.5.8")
+    extras = tuple(sorted(e.strip().lower() for e in m.group(2)[1:-1].split(",") if e.strip())) if m.group(2) else ()
+    return Pin(canonical_name(m.group(1)), m.group(3), extras)
