@@ -100,7 +100,7 @@ def render_pyproject(old: str, pins: Sequence[Any]) -> Tuple[str, List[str]]:
     """The new pyproject.toml text and warnings; WriteError when it cannot be done safely."""
     from packaging.requirements import InvalidRequirement, Requirement
 
-    from doctor.rules.conditions import normalize_dist
+    from doctor.versions import canonical_name as normalize_dist
 
     toml = _toml()
     if toml is None:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from harden_util import SEED003, WORKLOAD003, one_line
 
-from doctor.fix.pinfile import Pin, write_pinfile
+from doctor.fix.pinfile import Pinned, write_pinfile
+from doctor.model import Pin
 from doctor.errors import WriteError
 
 PYPROJECT = '[project]\nname = "x"\ndependencies = ["transformer-engine==2.3.0"]\n\n[tool.x]\nkeep = "me"\n'
@@ -97,7 +98,7 @@ def test_stale_temporary_files_of_a_killed_write_are_removed(tmp_path: Path) -> 
     other = tmp_path / ".other.txt.zzz.tmp"  # not ours
     other.write_text("x")
     os.utime(other, (old, old))
-    write_pinfile(req, [Pin("transformer-engine", "2.17.0")])
+    write_pinfile(req, [Pinned(Pin("transformer-engine", "2.17.0"))])
     assert not stale.exists() and fresh.exists() and other.exists()
     assert "transformer-engine==2.17.0" in req.read_text()
 
@@ -106,7 +107,7 @@ def test_library_refusal_leaves_the_file_alone(tmp_path: Path) -> None:
     f = tmp_path / "pyproject.toml"
     f.write_text(POETRY)
     with pytest.raises(WriteError):
-        write_pinfile(f, [Pin("transformer-engine", "2.17.0")])
+        write_pinfile(f, [Pinned(Pin("transformer-engine", "2.17.0"))])
     assert f.read_text() == POETRY
 
 
@@ -125,7 +126,7 @@ def test_pyproject_layouts(text: str) -> None:
     tomllib = pytest.importorskip("tomllib")
     from doctor.fix.pyproject import render_pyproject
 
-    pins = [Pin("transformer-engine", "2.17.0"), Pin("nvidia-cudnn-cu12", "9.3.0.75")]
+    pins = [Pinned(Pin("transformer-engine", "2.17.0")), Pinned(Pin("nvidia-cudnn-cu12", "9.3.0.75"))]
     new, warnings = render_pyproject(text, pins)
     before, after = tomllib.loads(text), tomllib.loads(new)
     deps = after["project"].pop("dependencies")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from doctor.verify import kernels_dir
+from doctor.resources import kernels_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
