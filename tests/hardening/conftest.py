@@ -10,10 +10,16 @@ import pytest
 Result = Tuple[int, str, str]
 
 
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One temp cache for these tests: the rule catalogue is compiled once, not per test."""
+    return tmp_path_factory.mktemp("hardening-cache")
+
+
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., Result]:
+def cli(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, shared_cache: Path) -> Callable[..., Result]:
     """Run `attn-doctor ARGS` in this process: (exit code, stdout, stderr)."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(shared_cache))
     monkeypatch.setenv("NO_COLOR", "1")
 
     def run(*args: str) -> Result:

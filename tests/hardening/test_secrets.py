@@ -97,6 +97,7 @@ def test_error_messages_keep_mangled_symbols() -> None:
 
 
 def test_no_token_survives_any_command_or_format(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # its own cache: checked for leaks below
     for name, value in _environment().items():
         monkeypatch.setenv(name, value)
     outputs: Dict[str, str] = {}
@@ -143,6 +144,7 @@ def test_no_token_survives_any_command_or_format(cli, monkeypatch: pytest.Monkey
     leaks = {label: _leaks(text) for label, text in outputs.items() if _leaks(text)}
     assert not leaks, leaks
     cache = tmp_path / "cache"
-    for f in cache.rglob("*") if cache.exists() else []:
+    assert cache.exists()
+    for f in cache.rglob("*"):
         if f.is_file():
             assert not _leaks(f.read_text(errors="replace")), f

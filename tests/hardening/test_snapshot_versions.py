@@ -39,7 +39,10 @@ def _write(tmp_path: Path, section: str, key: Any, value: Any) -> Path:
 )
 def test_a_value_that_is_not_a_version_is_an_input_error_naming_the_key(cli, tmp_path: Path, section: str, key: str, value: Any) -> None:  # type: ignore[no-untyped-def]
     f = _write(tmp_path, section, key, value)
-    for command in (["check", "--env", f, "-f", "json"], ["probe", "--env", f], ["fix", "--env", f]):
+    commands = [["check", "--env", f, "-f", "json"]]
+    if section == "packages" and key == "transformer-engine":  # every reader of --env, once
+        commands += [["probe", "--env", f], ["fix", "--env", f]]
+    for command in commands:
         code, out, err = cli(*command)
         assert code == 2, (command, out[-300:], err)
         line = one_line(err)
