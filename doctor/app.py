@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from doctor.configs import ConfigRead, read_config
 from doctor.errors import InputError
 from doctor.model import Facts, Finding, Fix, Pin, Report, Severity, Workload
 from doctor.snapshot import facts_from_snapshot
@@ -55,6 +56,7 @@ class CheckOptions:
     assume: Tuple[str, ...] = ()  # NAME==VERSION
     assume_env: Tuple[str, ...] = ()  # NAME=VALUE, NAME= or NAME
     rules_dirs: Tuple[Path, ...] = ()
+    configs: Tuple[Path, ...] = ()  # --config: training-framework configs, logs, package lists
     probe: ProbeOptions = field(default_factory=ProbeOptions)
     kernels: bool = True  # run the kernel stage where torch and a GPU are present
     kernels_only: bool = False  # GPU smoke test: keep only what the kernels saw
@@ -103,6 +105,7 @@ class Inputs:
     pins: Tuple[Pin, ...] = ()  # --assume, parsed
     env_changes: Tuple[Tuple[str, Optional[str]], ...] = ()  # --assume-env, parsed (None: unset)
     snapshot: Optional[Mapping[str, Any]] = None  # the probed or loaded document
+    notes: Tuple[str, ...] = ()  # what the --config files gave (and could not)
 
 
 def load_inputs(opts: CheckOptions) -> Inputs:
@@ -115,14 +118,27 @@ def load_inputs(opts: CheckOptions) -> Inputs:
     # Parse cheap, user-typed input first so a typo fails before any probing.
     pins = tuple(parse_pin(text) for text in opts.assume)
     env_changes = dict(parse_env_assignment(a) for a in opts.assume_env)
-    workload = resolve_workload(opts.workload_file, opts.model, opts.workload_flags)
+    reads = [read_config(Path(p)) for p in opts.configs]
+    workload = resolve_workload(opts.workload_file, opts.model, opts.workload_flags, [(f"config {r.path} ({r.kind})", r.workload) for r in reads])
     catalogue = load_catalogue(list(opts.rules_dirs))
+    listed = [r for r in reads if r.packages is not None]
+    if listed and opts.env_files:
+        raise InputError(f"--config {listed[0].path} gives the installed packages: it cannot be combined with --env", hint="use one of them")
     if opts.env_files:
         doc = probe_snapshot(env_file=Path(opts.env_files[0]))
         source = str(opts.env_files[0])
+    elif listed:
+        doc = _snapshot_from_configs(reads)
+        source = " + ".join(r.path for r in listed)
     else:
         doc = run_probe(opts.probe)
         source = "probe"
+    for r in reads:  # variables the framework sets itself (Megatron's --attention-backend)
+        for k, v in r.env.items():
+            env_changes.setdefault(k, v)
+    notes = tuple(f"config {r.path} ({r.kind}) gave: " + "; ".join(r.took) for r in reads if r.took) + tuple(
+        f"config {r.path} ({r.kind}): {n}" for r in reads for n in r.notes
+    )
     inputs = Inputs(
         facts=facts_from_snapshot(doc, source=source),
         workload=workload,
@@ -130,8 +146,25 @@ def load_inputs(opts: CheckOptions) -> Inputs:
         pins=pins,
         env_changes=tuple(env_changes.items()),
         snapshot=doc,
+        notes=notes,
     )
     return replace(inputs, facts=apply_assumed(inputs.facts, inputs))
+
+
+def _snapshot_from_configs(reads: Sequence["ConfigRead"]) -> Dict[str, Any]:
+    """A partial snapshot: the package lists (and a TE log's GPU and cuDNN) the configs give;
+    everything else unknown, so rules needing it report "not evaluated"."""
+    from doctor.model import SCHEMA_VERSION
+
+    doc: Dict[str, Any] = {"schema_version": SCHEMA_VERSION, "packages": {}, "unknown": {}}
+    for r in reads:
+        doc["packages"].update(r.packages or {})
+        for key, value in r.facts.items():
+            doc[key] = value
+    for section in ("gpus", "cudnn", "env"):
+        if section not in doc:
+            doc["unknown"][section] = "not in the --config files"
+    return doc
 
 
 def expand_env_files(paths: Sequence[Path]) -> Tuple[Tuple[Path, ...], Tuple[Tuple[Path, str], ...]]:
@@ -185,7 +218,8 @@ def _kernel_stage(
     if "sdpa.math" in installed:
         installed.add("sdpa.flex")
     cases = verify.plan_cases(inputs.workload if inputs.workload.shape_given else None, installed)
-    return verify.run_cases(cases, observer=observer), None
+    return verify.run_cases(cases, observer=observer,
+                            ask=[verify.ask_request(inputs.workload)]), None
 
 
 def check(
@@ -210,6 +244,8 @@ def check(
         kernels_skipped=kernels_skipped,
         assumed=tuple(str(p) for p in inputs.pins) + tuple(f"{k}={v}" if v is not None else f"unset {k}" for k, v in inputs.env_changes),
         rule_results=tuple((r.rule_id, r.status) for r in diagnosis.results),
+        call_path=diagnosis.path,
+        notes=inputs.notes,
     )
     if kernel_run is not None:
         from doctor.verify.link import link_kernels
@@ -350,10 +386,11 @@ def lint_rules(paths: Sequence[Path]) -> Tuple[List["CaseOutcome"], int]:
     builtin = rules_dir().resolve()
     extra = [p for p in paths if builtin not in (Path(p).resolve(), *Path(p).resolve().parents)]
     cat = load_catalogue(extra, builtin=True, use_cache=False)
-    own = [str(Path(p)) for p in paths]
+    own = [Path(p).resolve() for p in paths]
 
     def mine(rule: Any) -> bool:
-        return not own or any(rule.path.startswith(p) or rule.path == p for p in own)
+        where = Path(rule.path).resolve()
+        return not own or any(where == p or p in where.parents for p in own)
 
     outcomes = run_rule_cases(cat, mine)
     return [o for o in outcomes if not o.ok], len(outcomes)

@@ -13,7 +13,7 @@ and every fact under it is unknown; the reason is kept in `Facts.unknown`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
 from typing import Any, Literal, Mapping, Optional, Tuple
@@ -58,6 +58,9 @@ class CudnnInfo:
     installed: Optional[str] = None  # newest nvidia-cudnn-cuXX wheel or system libcudnn found
     bundled: Optional[str] = None  # what the installed torch wheel pins (Requires-Dist)
     mismatch: Optional[str] = None  # installed vs loaded vs bundled disagree: how
+    # A libcudnn on the system library path (outside the Python wheels) whose version differs
+    # from the effective one (snapshot key cudnn.system, a list); "" when none differs.
+    system: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -101,8 +104,6 @@ class Facts:
     unknown: Mapping[str, str] = field(default_factory=dict)  # fact path -> why it could not be probed
     source: str = "probe"  # "probe" or the snapshot file it came from
 
-    def with_changes(self, **changes: Any) -> "Facts":
-        return replace(self, **changes)
 
 
 # --------------------------------------------------------------------------- workload
@@ -354,6 +355,48 @@ class BackendStatus:
     evidence: Tuple[str, ...] = ()  # what kernel cases saw for this backend
 
 
+CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "needs_mask", "gqa_form")
+
+
+@dataclass(frozen=True)
+class CallPath:
+    """Who runs attention, from the framework to the kernel (doctor.rules.callpath infers it)."""
+
+    framework: Optional[str]
+    attention: Optional[str]
+    library: Optional[str]
+    cp_impl: str
+    packing: str
+    model_type: Optional[str]
+    inferred: Tuple[str, ...] = ()
+    # does transformers (this release) let model_type load with this attention? None: not known
+    model_supports: Optional[bool] = None
+    needs_mask: bool = False  # the call passes an attention-mask tensor (padded batches)
+    # how grouped-query attention reaches the kernel: none | native (the kernel takes fewer kv
+    # heads) | enable_gqa (torch SDPA's flag) | repeat_kv (kv heads copied up first); None: unknown
+    gqa_form: Optional[str] = None
+
+    def describe(self, packages: Optional[Mapping[str, str]] = None) -> str:
+        """One line: `transformers 4.44.2 (qwen2) -> flash_attention_2 -> flash-attn 2.6.3 varlen; CP: none`."""
+        pk = packages or {}
+
+        def versioned(name: Optional[str], dist: Optional[str] = None) -> str:
+            if name is None:
+                return "framework unknown"
+            v = pk.get(dist or name)
+            return f"{name} {v}" if v else name
+
+        fw_dist = {"llamafactory": "llamafactory", "nemo": "nemo-toolkit", "megatron": "megatron-core"}.get(self.framework or "", self.framework)
+        head = versioned(self.framework, fw_dist) + (f" ({self.model_type})" if self.model_type else "")
+        lib_dist = {"torch-sdpa": "torch", "flex": "torch", "eager": None}.get(self.library or "", self.library)
+        lib = versioned(self.library, lib_dist) if lib_dist else (self.library or "unknown")
+        hops = [head] + ([self.attention] if self.attention else []) + [lib + (f" {self.packing}" if self.packing != "padded" else "")]
+        text = " -> ".join(hops) + f"; CP: {self.cp_impl}"
+        if self.inferred:
+            text += f" (inferred: {', '.join(self.inferred)})"
+        return text
+
+
 @dataclass(frozen=True)
 class CaseResult:
     """One kernel case as the worker reported it (see kernels/README.md)."""
@@ -388,4 +431,6 @@ class Report:
     assumed: Tuple[str, ...] = ()  # --assume / --assume-env applied
     rule_results: Tuple[Tuple[str, str], ...] = ()  # (rule id, fired|passed|not_evaluated)
     kernel_summary: Tuple[Tuple[str, str], ...] = ()  # (label, value) lines from the kernel run
+    call_path: Optional[CallPath] = None  # who runs attention
+    notes: Tuple[str, ...] = ()  # where inputs came from (--config files) and what they lacked
     hosts: Tuple[HostResult, ...] = ()  # fleet view: every snapshot's own result

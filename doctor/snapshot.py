@@ -396,6 +396,19 @@ def _cuda_from_label(version: str) -> Optional[str]:
     return f"{m.group(1)[:-1]}.{m.group(1)[-1]}" if m else None
 
 
+def _other_system_cudnn(system: Any, effective: Optional[str]) -> Optional[str]:
+    """The version of the first system libcudnn that differs from the effective cuDNN; ""
+    when the snapshot lists the system libraries and none differs; None when it does not say."""
+    if system is None:
+        return None
+    entries = system if isinstance(system, (list, tuple)) else [system]
+    for e in entries:
+        v = e.get("version") if isinstance(e, Mapping) else e
+        if v and str(v) != str(effective):
+            return str(v)
+    return ""
+
+
 def facts_from_snapshot(doc: Mapping[str, Any], source: str = "probe") -> Facts:
     """Build Facts from a snapshot document (already checked by doctor.snapshot)."""
     unknown = dict(doc.get("unknown") or {})
@@ -434,6 +447,7 @@ def facts_from_snapshot(doc: Mapping[str, Any], source: str = "probe") -> Facts:
     cudnn = _section(CudnnInfo, doc.get("cudnn"))
     if cudnn.version is None:
         cudnn = replace(cudnn, version=cudnn.loaded or torch.cudnn_version or cudnn.installed)
+    cudnn = replace(cudnn, system=_other_system_cudnn(cudnn.system, cudnn.version))
     env = doc.get("env")
     return Facts(
         packages=frozen_map({str(k): str(v) for k, v in packages.items()})

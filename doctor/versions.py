@@ -42,6 +42,11 @@ def parse_version(text: str) -> Optional[Version]:
         return Version(m.group(1)) if m else None
 
 
+def version_key(text: str) -> Version:
+    """A sort key for version strings: what parse_version reads, 0 for none at all."""
+    return parse_version(text) or Version("0")
+
+
 def is_version(text: str) -> bool:
     """True for a PEP 440 version, incl. local and NGC forms (2.3.0a0+6ddf5cf.nv24.04)."""
     try:
@@ -83,12 +88,12 @@ def _clause(v: Version, op: str, target: str) -> bool:
         return v == t
     if op == "!=":
         return v != t
-    if op == "<":
-        return v < t
+    if op == "<":  # PEP 440: <2.6 does not take 2.6's own pre-releases (2.6.0.dev1)
+        return v < t and not (v.is_prerelease and not t.is_prerelease and Version(v.base_version) == Version(t.base_version))
     if op == "<=":
         return v <= t
-    if op == ">":
-        return v > t
+    if op == ">":  # PEP 440: >2.5.8 does not take 2.5.8's post-releases (2.5.8.post1)
+        return v > t and not (v.is_postrelease and not t.is_postrelease and Version(v.base_version) == Version(t.base_version))
     if op == ">=":
         return v >= t
     # ~=X.Y(.Z): >= X.Y(.Z) and == X.*(.Y.*)

@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from doctor.errors import InputError
 from doctor.model import (
@@ -363,7 +363,7 @@ def _model_keys(cfg: Mapping[str, Any], where: str, overridden: Tuple[str, ...] 
     impl = c.get("_attn_implementation") or c.get("attn_implementation")
     if isinstance(impl, str) and impl in ATTN_IMPLEMENTATIONS:
         out["attn_implementation"] = impl
-    attn_cfg = c.get("attn_config") if isinstance(c.get("attn_config"), dict) else {}
+    attn_cfg: Dict[str, Any] = c["attn_config"] if isinstance(c.get("attn_config"), dict) else {}
     uses_alibi = (
         c.get("alibi") is True  # Falcon and others that make it a flag
         or c.get("position_embedding_type") == "alibi"
@@ -383,14 +383,19 @@ def resolve_workload(
     workload_file: Optional[Path] = None,
     model: Optional[Path] = None,
     flags: Optional[Mapping[str, Any]] = None,
+    configs: Sequence[Tuple[str, Mapping[str, Any]]] = (),
 ) -> Workload:
-    """Default profile <- model config <- workload file <- flags (later wins)."""
+    """Default profile <- model config <- --config files <- workload file <- flags (later wins)."""
     w = default_workload()
     sources = []
     if model is not None:
         given_flags = tuple(k for k, v in (flags or {}).items() if v is not None)
         w = build(workload_from_model(model, given_flags), base=w, source=f"model {model}", path=str(model))
         sources.append(f"model {model}")
+    for name, keys in configs:
+        if keys:
+            w = build(keys, base=w, source=name, path=name)
+            sources.append(name)
     if workload_file is not None:
         w = load_workload_file(workload_file, base=w)
         sources.append(str(workload_file))

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Type
 from doctor.errors import InputError
 
 
-class LineDict(dict):  # type: ignore[type-arg]
+class LineDict(Dict[Any, Any]):
     """A mapping that remembers its own line and the line of each key (1-based)."""
 
     line: int = 0

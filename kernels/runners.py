@@ -298,26 +298,87 @@ def _te(spec: Mapping[str, Any], inp: Inputs, device: torch.device) -> Fn:
     else:
         fmt = "bshd"
         q, k, v = inp.q, inp.k, inp.v
-    if spec.get("softcap", 0.0):
-        raise Unsupported("TransformerEngine DotProductAttention has no softcap")
     module_kw: Dict[str, Any] = dict(
         num_attention_heads=hq, kv_channels=(dqk, dv) if dqk != dv else dqk,
         num_gqa_groups=hkv, attention_dropout=float(spec.get("dropout", 0.0)),
         qkv_format=fmt, attn_mask_type=mask_type,
     )
+    accepted = _init_params(te.DotProductAttention)
+    if spec.get("softcap", 0.0):
+        if "softcap" not in accepted:  # TE grew a softcap argument in 2.x
+            raise Unsupported("this TransformerEngine's DotProductAttention has no softcap")
+        module_kw["softcap"] = float(spec["softcap"])
     if spec.get("window") is not None:
         module_kw["window_size"] = tuple(spec["window"])
     dpa = te.DotProductAttention(**module_kw)
     dpa = dpa.to(device)
+    autocast = _te_fp8_autocast(te) if spec["dtype"] == "fp8" else None
+
+    def call() -> torch.Tensor:
+        try:
+            if autocast is not None:
+                with autocast():
+                    return _first(dpa(q, k, v, **kw))
+            return _first(dpa(q, k, v, **kw))
+        except ValueError as exc:
+            if "No dot product attention backend" not in str(exc):
+                raise
+            why = _te_reasons(spec)
+            raise ValueError(f"{str(exc).strip()}{' | ' + why if why else ''}") from exc
 
     def fn() -> torch.Tensor:
-        o = _first(dpa(q, k, v, **kw))
+        o = call()
         if fmt == "thd":
             return o.view(o.shape[0], hq, dv)
         o = o.view(o.shape[0], o.shape[1], hq, dv)
         return o.transpose(0, 1) if fmt == "sbhd" else o
 
     return fn
+
+
+def _te_reasons(spec: Mapping[str, Any]) -> str:
+    """TE refuses with "No dot product attention backend is available"; its reasons are in
+    its debug log. Ask get_attention_backend (ask.py) for this case's shape and keep the
+    'Disabling ...' lines."""
+    try:
+        import ask
+
+        w = {"dtype": spec["dtype"], "head_dim_qk": spec["head_dim_qk"],
+             "head_dim_v": spec["head_dim_v"], "num_heads": spec["heads_q"],
+             "num_kv_heads": spec["heads_kv"], "seq_len_q": spec["seq_q"],
+             "seq_len_kv": spec["seq_kv"], "batch_size": spec["batch"], "mask": spec["mask"],
+             "window_size": spec.get("window"), "softcap": float(spec.get("softcap", 0.0)),
+             "dropout": float(spec.get("dropout", 0.0)), "training": spec["direction"] == "fwdbwd",
+             "varlen": spec.get("layout") == "varlen",
+             "qkv_format": "thd" if spec.get("layout") == "varlen" else (
+                 "sbhd" if spec.get("layout") == "strided-qkv" else "bshd"),
+             "qkv_packed": spec.get("layout") == "strided-qkv"}
+        ans = ask.te_choice(w)
+    except Exception as exc:  # best effort: the refusal itself is already recorded
+        return f"(could not ask TE why: {type(exc).__name__})"
+    lines = [m for m in ans.get("log", []) if m.startswith("Disabling")]
+    return " ".join(dict.fromkeys(lines))[:1200]
+
+
+def _init_params(cls: Any) -> set:
+    import inspect
+
+    try:
+        return set(inspect.signature(cls.__init__).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def _te_fp8_autocast(te: Any) -> Callable[[], Any]:
+    """FP8 attention in TE: bf16 tensors in, DotProductAttention run under the FP8 autocast
+    with a recipe that asks for FP8 attention (fp8_dpa); TE quantises q/k/v itself."""
+    from transformer_engine.common.recipe import DelayedScaling
+
+    recipe = DelayedScaling(fp8_dpa=True)
+    ctx = getattr(te, "autocast", None)
+    if ctx is not None:
+        return lambda: ctx(enabled=True, recipe=recipe)
+    return lambda: te.fp8_autocast(enabled=True, fp8_recipe=recipe)
 
 
 def _te_reset_backend_cache() -> None:

@@ -6,6 +6,7 @@ Protocol (docs/kernels.md): stdin carries one JSON document
 and stdout carries one JSON object per line:
     {"event": "hello", ...}                     interpreter up, before torch is imported
     {"event": "env", ...}                       torch imported, CUDA initialised; versions
+    {"event": "ask", "name": ..., "answers": [...]}   a library's own pick (request "ask")
     {"event": "start", "id": ...}               a case begins (so a crash can be pinned on it)
     {"event": "result", "id": ..., "status": ...}
     {"event": "done", "cases_s": ...}
@@ -418,6 +419,26 @@ def selftest_case(spec: Mapping[str, Any]) -> Dict[str, Any]:
     return {"status": "passed", "detail": "selftest", "max_rel_error": 0.0}
 
 
+# --------------------------------------------------------------------------- ask the libraries
+
+
+def ask_libraries(proto: Protocol, asks: List[Mapping[str, Any]], device: Any) -> None:
+    """Before any kernel: each installed library's own backend pick for each workload
+    (ask.py), one `ask` event per workload. Never fatal to the case run."""
+    t0 = time.time()
+    try:
+        import ask as asker
+
+        for item in asks:
+            fields = {k: v for k, v in item.items() if k not in ("name", "libraries")}
+            with _StderrTee():
+                answers = asker.ask(fields, item.get("libraries"), device)
+            proto.send("ask", name=item.get("name", "workload"), answers=answers)
+    except Exception as exc:
+        proto.send("ask", name="error", answers=[], error=f"{type(exc).__name__}: {exc}")
+    proto.send("asked", seconds=round(time.time() - t0, 4))
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -442,6 +463,8 @@ def main() -> int:
     else:
         device, env = start_torch(str(doc.get("device", "auto")))
         proto.send("env", **env)
+    if doc.get("ask") and device is not None:
+        ask_libraries(proto, doc["ask"], device)
     t_cases = time.time()
     for spec in cases:
         proto.send("start", id=spec["id"], t=time.time())

@@ -35,7 +35,8 @@ def test_requires_dist_leaves_the_diagnosed_stack_alone(wheel: Path) -> None:
     requires = [line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Requires-Dist:")]
     runtime = [r for r in requires if "extra ==" not in r]
     names = {re.split(r"[<>=!~ ;\[]", r, 1)[0].lower() for r in runtime}
-    assert names == {"typer", "rich", "packaging", "pyyaml", "nvidia-ml-py", "jsonschema"}
+    assert names == {"typer", "rich", "packaging", "pyyaml", "nvidia-ml-py", "jsonschema", "tomli"}
+    assert any(r.startswith("tomli") and "python_version < \"3.11\"" in r.replace("'", '"') for r in runtime), "tomli only where tomllib is missing"
     for r in requires:  # not even in extras
         assert not any(r.lower().startswith(d) for d in DIAGNOSED), r
 

@@ -165,3 +165,15 @@ def test_validate_snapshot_alone() -> None:
     assert doc["env"] == {"NVTE_FUSED_ATTN": "1"} and doc["gpus"] is None
     with pytest.raises(InputError):
         validate_snapshot({"torch": {"device_count": True}}, "x.json")
+
+
+def test_system_cudnn_fact_names_a_differing_system_library_only() -> None:
+    from doctor.snapshot import facts_from_snapshot
+
+    def system(section: dict) -> object:
+        return facts_from_snapshot({"cudnn": {"loaded": "9.19.0", **section}}).cudnn.system
+
+    assert system({"system": [{"path": "/lib/x86_64-linux-gnu/libcudnn.so.9", "version": "9.14.0"}]}) == "9.14.0"
+    assert system({"system": [{"path": "/usr/lib/libcudnn.so.9", "version": "9.19.0"}]}) == ""
+    assert system({"system": []}) == ""
+    assert system({}) is None  # the snapshot does not say

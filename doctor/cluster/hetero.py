@@ -308,7 +308,7 @@ def _ranges(labels: Sequence[str]) -> str:
     nums = sorted({int(x) for x in labels})
     parts: List[str] = []
     start = prev = nums[0]
-    for n in nums[1:] + [None]:  # type: ignore[list-item]
+    for n in nums[1:] + [None]:
         if n is not None and n == prev + 1:
             prev = n
             continue

@@ -10,12 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from doctor.errors import ExitCode
 from doctor.model import CaseResult, Finding
 from doctor.verify.results import KernelRun
-
-# Exit code of a distributed check that could not hear from every rank (a rank hung, died or
-# never joined; or this rank lost rank 0). Distinct from doctor.errors.ExitCode 0-3.
-EXIT_INCOMPLETE = 4
 
 # Rank status in the report.
 ANSWERED = "answered"  # its results reached rank 0
@@ -127,13 +124,14 @@ class ClusterReport:
 
     @property
     def exit_code(self) -> int:
-        """EXIT_INCOMPLETE if a rank is missing, 1 for error findings, else 0.
+        """ExitCode.INCOMPLETE if a rank is missing (hung, died, never joined, or this rank lost
+        rank 0), 1 for error findings, else 0.
 
         The CLI may apply its own --fail-on threshold to `findings` instead; a non-reporting
         rank returns 0 once its results are handed over (rank 0 sets the job's code).
         """
         if not self.complete:
-            return EXIT_INCOMPLETE
+            return int(ExitCode.INCOMPLETE)
         if not self.is_reporter:
             return 0
         return 1 if any(f.severity == "error" and f.status != "not_evaluated" for f in self.findings) else 0

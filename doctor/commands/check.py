@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from doctor.commands.common import emit
-from doctor.commands.options import WORKLOAD_FLAGS_HELP, parse_workload_flags
+from doctor.commands.options import WORKLOAD_FLAGS_HELP, check_options, parse_workload_flags
 from doctor.errors import ExitCode, InputError
 
 def check(
@@ -19,6 +19,7 @@ def check(
     ),
     workload: Optional[Path] = typer.Option(None, "--workload", "-w", help="Workload file (YAML/JSON)."),
     model: Optional[Path] = typer.Option(None, "--model", "-m", help="Hugging Face config.json or model folder."),
+    config: Optional[List[Path]] = typer.Option(None, "--config", "-c", help="A training config, log or package list, recognised by content: axolotl / LLaMA-Factory / accelerate / NeMo YAML, DeepSpeed JSON, torchtitan TOML, Megatron arguments, TE NVTE_DEBUG log, pip freeze / requirements / uv.lock / poetry.lock (repeatable)."),
     format: str = typer.Option("text", "--format", "-f", help="text | json | markdown | junit"),
     fail_on: str = typer.Option("error", "--fail-on", help="Exit 1 when a finding is at or above: error | warning | info"),
     strict: bool = typer.Option(False, "--strict", help="Count rules that could not be evaluated as failures."),
@@ -56,17 +57,9 @@ def check(
     env_files, skipped = core.expand_env_files(env or [])
     for path, why in skipped:
         sys.stderr.write(f"attn-doctor: skipped {path}: {why}\n")
-    opts = core.CheckOptions(
-        env_files=env_files,
-        workload_file=workload,
-        model=model,
-        workload_flags=flags,
-        assume=tuple(assume or ()),
-        assume_env=tuple(assume_env or ()),
-        rules_dirs=tuple(rules_dir or ()),
-        probe=core.ProbeOptions(static=static),  # the torch-importing child is cached for an hour
-        kernels=not no_kernels,
-        kernels_only=kernels_only,
+    opts = check_options(
+        env=env_files, workload=workload, model=model, extra_args=ctx.args, assume=assume, command="check",
+        assume_env=assume_env, rules_dir=rules_dir, static=static, configs=tuple(config or ()), kernels=not no_kernels, kernels_only=kernels_only,
     )
     observer = None
     if format == "text" and style.color:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from doctor.commands.common import emit
-from doctor.commands.options import WORKLOAD_FLAGS_HELP, parse_workload_flags
+from doctor.commands.options import WORKLOAD_FLAGS_HELP, check_options
 from doctor.errors import ExitCode, InputError
 
 if TYPE_CHECKING:
@@ -21,6 +21,7 @@ def fix(
     env: Optional[List[Path]] = typer.Option(None, "--env", help="Plan for this snapshot (JSON/YAML from `probe --format json`) instead of this machine."),
     workload: Optional[Path] = typer.Option(None, "--workload", "-w", help="Workload file (YAML/JSON)."),
     model: Optional[Path] = typer.Option(None, "--model", "-m", help="Hugging Face config.json or model folder."),
+    config: Optional[List[Path]] = typer.Option(None, "--config", "-c", help="A training config, log or package list, recognised by content: axolotl / LLaMA-Factory / accelerate / NeMo YAML, DeepSpeed JSON, torchtitan TOML, Megatron arguments, TE NVTE_DEBUG log, pip freeze / requirements / uv.lock / poetry.lock (repeatable)."),
     format: str = typer.Option("text", "--format", "-f", help="text | json | markdown"),
     assume: Optional[List[str]] = typer.Option(None, "--assume", help="Plan as if NAME==VERSION were installed (repeatable)."),
     assume_env: Optional[List[str]] = typer.Option(None, "--assume-env", help="Plan as if NAME=VALUE were set (repeatable)."),
@@ -40,20 +41,12 @@ def fix(
     check_format("fix", format)
     if (output or constraints or dry_run) and not pin:
         raise InputError("--output, --constraints and --dry-run go with --pin", hint="add --pin")
-    flags = parse_workload_flags(ctx.args, "fix")
     opts = core.FixOptions(
-        check=core.CheckOptions(
-            env_files=tuple(env or ()),
-            workload_file=workload,
-            model=model,
-            workload_flags=flags,
-            assume=tuple(assume or ()),
-            assume_env=tuple(assume_env or ()),
-            rules_dirs=tuple(rules_dir or ()),
-            probe=core.ProbeOptions(static=static),
-            releases=releases,
+        check=check_options(
+            env=env or (), workload=workload, model=model, extra_args=ctx.args, assume=assume, command="fix",
+            assume_env=assume_env, rules_dir=rules_dir, static=static, configs=tuple(config or ()), releases=releases,
         ),
-        verify_args=tuple(_input_args(env, workload, model, rules_dir, ctx.args, assume, assume_env)),
+        verify_args=tuple(_input_args(env, workload, model, rules_dir, ctx.args, assume, assume_env, config)),
     )
     plan = core.run_fix(opts)
     emit(render("fix", format, plan, Style.for_terminal()))
@@ -70,6 +63,7 @@ def _input_args(
     flags: List[str],
     assume: Optional[List[str]] = None,
     assume_env: Optional[List[str]] = None,
+    config: Optional[List[Path]] = None,
 ) -> List[str]:
     """The user's own inputs, so the printed re-check command checks the same environment."""
     import shlex
@@ -79,6 +73,7 @@ def _input_args(
         ("--env", env or []),
         ("--workload", [workload] if workload else []),
         ("--model", [model] if model else []),
+        ("--config", config or []),
         ("--rules-dir", rules_dir or []),
         ("--assume", assume or []),
         ("--assume-env", assume_env or []),

@@ -9,10 +9,14 @@ rejects anything else with the list of known flags.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from doctor.errors import InputError
 from doctor.workload import KEYS
+
+if TYPE_CHECKING:
+    from doctor.app import CheckOptions
 
 BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8")
 FLAG_KEYS = tuple(k for k in KEYS if k != "context_parallel") + ("cp_size", "cp_comm_type", "cp_impl")
@@ -93,3 +97,32 @@ def parse_workload_flags(args: Sequence[str], command: str = "check") -> Dict[st
     if cp:
         out["context_parallel"] = cp
     return out
+
+
+def check_options(
+    *,
+    env: Sequence[Path],
+    workload: Optional[Path],
+    model: Optional[Path],
+    extra_args: Sequence[str],
+    assume: Optional[Sequence[str]],
+    assume_env: Optional[Sequence[str]],
+    rules_dir: Optional[Sequence[Path]],
+    static: bool,
+    command: str = "check",
+    **more: Any,
+) -> "CheckOptions":
+    """The options `check` and `fix` share, from their flags (workload flags parsed here)."""
+    from doctor.app import CheckOptions, ProbeOptions
+
+    return CheckOptions(
+        env_files=tuple(env),
+        workload_file=workload,
+        model=model,
+        workload_flags=parse_workload_flags(extra_args, command),
+        assume=tuple(assume or ()),
+        assume_env=tuple(assume_env or ()),
+        rules_dirs=tuple(rules_dir or ()),
+        probe=ProbeOptions(static=static),  # the torch-importing child is cached for an hour
+        **more,
+    )

@@ -69,7 +69,7 @@ def show_rule(
     if r.fixes:
         out.append("fixes:")
         for f in r.fixes:
-            acts = list(f.pins) + [f"{k}={v}" for k, v in f.env.items()] + list(f.config)
+            acts = [str(p) for p in f.pins] + [f"{k}={v}" for k, v in f.env.items()] + list(f.config)
             out.append(f"  - {f.description}" + (f"  [{'; '.join(acts)}]" if acts else ""))
     if r.kernels:
         out.append("kernel cases: " + ", ".join(r.kernels))

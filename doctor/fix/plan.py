@@ -45,14 +45,10 @@ SCAN_PER_DIRECTION = 40  # versions looked at on each side before giving up
 # --------------------------------------------------------------------------- values
 
 
-@dataclass(frozen=True)
-class Change:
-    """One candidate: a Fix (rendered for these facts) for a rule, taken from the rule's own
-    `fixes` or generated from the release catalogue."""
+class _ReadsFix:
+    """Read-through to the Fix a plan entry carries (`change.pins` is `change.fix.pins`)."""
 
-    rule_id: str
     fix: Fix
-    origin: str = "rule"  # rule | catalogue | companion
 
     @property
     def description(self) -> str:
@@ -78,6 +74,17 @@ class Change:
     def cost(self) -> Optional[str]:
         return self.fix.cost
 
+
+@dataclass(frozen=True)
+class Change(_ReadsFix):
+    """One candidate: a Fix (rendered for these facts) for a rule, taken from the rule's own
+    `fixes` or generated from the release catalogue."""
+
+    rule_id: str
+    fix: Fix
+    origin: str = "rule"  # rule | catalogue | companion
+
+
     @property
     def key(self) -> Tuple[Any, ...]:
         return (tuple(sorted(self.pins)), tuple(sorted(self.env.items(), key=str)), json.dumps(dict(self.workload), sort_keys=True))
@@ -94,32 +101,13 @@ class Step:
 
 
 @dataclass(frozen=True)
-class Alternative:
+class Alternative(_ReadsFix):
     """Another way to clear some findings, with what it costs and brings up."""
 
     rule_ids: Tuple[str, ...]
     fix: Fix
     why: str = ""
 
-    @property
-    def description(self) -> str:
-        return self.fix.description
-
-    @property
-    def pins(self) -> Tuple[Pin, ...]:
-        return self.fix.pins
-
-    @property
-    def env(self) -> Mapping[str, Optional[str]]:
-        return self.fix.env
-
-    @property
-    def config(self) -> Tuple[str, ...]:
-        return self.fix.config
-
-    @property
-    def cost(self) -> Optional[str]:
-        return self.fix.cost
 
 
 @dataclass(frozen=True)
@@ -245,7 +233,8 @@ class _Planner:
         """Requirements of installed releases (requires, works_with) that `packages` break."""
         out: List[str] = []
         for name, version in packages.items():
-            rel = self._release(name, parse_version(version).public if parse_version(version) else version)
+            parsed = parse_version(version)
+            rel = self._release(name, parsed.public if parsed is not None else version)
             if rel is None:
                 continue
             for other, spec in list(rel.requires.items()) + list(rel.works_with.items()):

@@ -27,7 +27,9 @@ from typing import Optional, Tuple
 
 from doctor.model import Facts
 from doctor.releases.catalogue import FlashAttnBuild, ReleaseCatalogue, torch_bundle
-from doctor.versions import parse_version, version_matches
+from packaging.version import Version
+
+from doctor.versions import parse_version, version_key, version_matches
 
 RELEASES_URL = "https://github.com/Dao-AILab/flash-attention/releases/download"
 
@@ -80,15 +82,15 @@ def cuda_tag(fa_version: str, torch_mm: str, torch_cuda: str) -> str:
     if v is None or cu is None:
         return ""
     major, minor = cu.major, cu.minor if len(cu.release) > 1 else 0
-    if v >= parse_version("2.7.0"):
+    if v >= Version("2.7.0"):
         return str(major)
-    if v >= parse_version("2.6.1"):
+    if v >= Version("2.6.1"):
         return "118" if major == 11 else "123"
-    if v >= parse_version("2.3.6"):
+    if v >= Version("2.3.6"):
         return "118" if major == 11 else "122"
-    if v >= parse_version("2.3.1.post1") and torch_mm == "2.1" and major == 12:
+    if v >= Version("2.3.1.post1") and torch_mm == "2.1" and major == 12:
         return "122"
-    if parse_version("2.2.3.post2") <= v < parse_version("2.3.1.post1") and torch_mm == "2.1":
+    if Version("2.2.3.post2") <= v < Version("2.3.1.post1") and torch_mm == "2.1":
         return "122"
     return f"{major}{minor}"
 
@@ -99,7 +101,7 @@ def _ci_tag(fa_version: str, ci_cuda: str) -> str:
     cu = parse_version(ci_cuda)
     if v is None or cu is None:
         return ""
-    if v >= parse_version("2.7.0"):
+    if v >= Version("2.7.0"):
         return str(cu.major)
     return f"{cu.major}{cu.minor}"
 
@@ -152,7 +154,7 @@ def choose_wheel(rel: ReleaseCatalogue, version: str, target: WheelTarget) -> Wh
     tag = cuda_tag(version, target.torch_mm, target.cuda)
     row: Optional[FlashAttnBuild] = next((b for b in builds if b.torch == target.torch_mm), None)
     if row is None:
-        lines = ", ".join(sorted({b.torch for b in builds}, key=lambda s: parse_version(s) or parse_version("0")))
+        lines = ", ".join(sorted({b.torch for b in builds}, key=version_key))
         return WheelChoice(version, False, notes=tuple(notes + [f"flash-attn {version} published wheels for torch {lines}, not {target.torch_mm}; {how}"]), build=build)
     if tag not in {_ci_tag(version, c) for c in row.cuda}:
         return WheelChoice(version, False, notes=tuple(notes + [f"flash-attn {version} has no cu{tag} wheel for torch {target.torch_mm} (torch CUDA {target.cuda}); {how}"]), build=build)

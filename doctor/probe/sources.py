@@ -153,7 +153,6 @@ class Sources:
     system_lib_dirs: Sequence[str] = SYSTEM_LIB_DIRS
     system_include_dirs: Sequence[str] = SYSTEM_INCLUDE_DIRS
     use_ldconfig: bool = True
-    proc_root: str = "/proc"
     cache_dir: Optional[Path] = None  # None: no cache of loaded facts (see Sources.system)
 
     @classmethod

@@ -197,7 +197,7 @@ def torch_bundle(version: str) -> Optional[TorchBundle]:
 
 @lru_cache(maxsize=8)
 def _catalogue(directory: Optional[str]) -> ReleaseCatalogue:
-    from doctor.versions import parse_version
+    from doctor.versions import version_key
 
     packages: Dict[str, PackageReleases] = {}
     dates: List[str] = []
@@ -218,7 +218,7 @@ def _catalogue(directory: Optional[str]) -> ReleaseCatalogue:
                 )
                 for r in rows
             ),
-            key=lambda r: parse_version(r.version) or parse_version("0"),
+            key=lambda r: version_key(r.version),
         )
         packages[name] = PackageReleases(
             name=name, releases=tuple(rels), source=str(doc.get("source", "")), retrieved=str(doc.get("retrieved", ""))

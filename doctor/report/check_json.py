@@ -19,7 +19,13 @@ def report_dict(report: Report) -> Dict[str, Any]:
         "doctor_version": __version__,
         "facts_source": report.facts.source,
         "assumed": list(report.assumed),
+        "notes": list(report.notes),
         "workload": {**workload, "defaulted": list(w.defaulted), "description": describe_workload(w)},
+        "call_path": (
+            {**asdict(report.call_path), "inferred": list(report.call_path.inferred), "description": report.call_path.describe(report.facts.packages)}
+            if report.call_path
+            else None
+        ),
         "summary": {
             **counts(report),
             "areas": [asdict(a) for a in area_lines(report)],

@@ -22,6 +22,9 @@ def render_check_markdown(report: Report) -> str:
         "",
         f"Facts: `{report.facts.source}` · workload: {describe_workload(report.workload)} ({report.workload.source})",
     ]
+    if report.call_path is not None:
+        out.append(f"Call path: {report.call_path.describe(report.facts.packages)}")
+    out += [f"- {note}" for note in report.notes]
     if report.assumed:
         out.append(f"Assuming: `{', '.join(report.assumed)}`")
     if report.hosts:

@@ -93,6 +93,10 @@ def render_check(
     pr(f"[bold]attn-doctor {__version__}[/] · facts: {escape(where)}")
     wl = report.workload
     pr(f"workload: {escape(describe_workload(wl))} [dim]({escape(wl.source)})[/]")
+    if report.call_path is not None:
+        pr(f"path: {escape(report.call_path.describe(report.facts.packages))}")
+    for note in report.notes:
+        pr(f"[dim]{escape(note)}[/]")
     if report.assumed:
         pr(f"[yellow]assuming:[/] {escape(', '.join(report.assumed))}")
     if report.hosts:

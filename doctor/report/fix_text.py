@@ -46,8 +46,8 @@ def render_fix(plan: FixPlan, *, color: bool = False, width: int = 100) -> str:
             p(f"  pins:   {escape(' '.join(str(p) for p in plan.pins))}")
         if plan.env:
             p("  env:    " + escape(" ".join(f"{k}={v}" if v is not None else f"unset {k}" for k, v in plan.env.items())))
-        for c in plan.config:
-            p(f"  config: {escape(c)}")
+        for item in plan.config:
+            p(f"  config: {escape(item)}")
     if plan.torch_reason:
         p("")
         p(f"[bold]Why torch moves:[/] {escape(plan.torch_reason)}")
@@ -63,8 +63,8 @@ def render_fix(plan: FixPlan, *, color: bool = False, width: int = 100) -> str:
     if plan.conflicts:
         p("")
         p("[bold yellow]Conflicts pip will report[/]")
-        for c in plan.conflicts:
-            p(f"  ! {escape(c)}")
+        for conflict in plan.conflicts:
+            p(f"  ! {escape(conflict)}")
     if plan.unresolved:
         p("")
         p("[bold red]Unresolved[/] (no fix in the catalogue clears these together with the rest)")

@@ -2,7 +2,7 @@
 
 A leaf predicate is true, false, or unknown (a fact it needs could not be probed). `all` is
 false if any child is false, unknown if any is unknown, else true; `any` mirrors it; `not`
-keeps unknown. The operator set is closed: COMPARE_OPS plus the package / backend /
+keeps unknown. The operator set is closed: OPERATORS plus the package / backend /
 framework leaves. Nothing here evaluates code.
 """
 
@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+from doctor.rules.callpath import FIELDS as PATH_FIELDS
+from doctor.rules.callpath import CallPath
 from doctor.versions import canonical_name, release, version_matches
 from doctor.model import WORKLOAD_DERIVED, BackendStatus, CudaInfo, CudnnInfo, Facts, TorchInfo, Workload
 
@@ -39,6 +41,7 @@ FACT_PATHS = frozenset(
     + ["gpu.sm", "gpu.sm_max", "gpu.name", "gpu.count", "gpu.memory_mib", "python.version", "python.implementation"]
     + [f"workload.{f.name}" for f in fields(Workload) if f.name not in ("source", "defaulted", "context_parallel")]
     + [f"workload.{name}" for name in WORKLOAD_DERIVED]
+    + [f"path.{name}" for name in PATH_FIELDS]
 )
 FACT_PREFIXES = ("env.", "imports.", "package.")
 
@@ -178,9 +181,11 @@ class Context:
         backends: Optional[Mapping[str, BackendStatus]] = None,
         selections: Optional[Mapping[str, Optional[str]]] = None,
         has_backend: Optional[Mapping[str, Optional[bool]]] = None,
+        path: Optional[CallPath] = None,
     ) -> None:
         self.facts = facts
         self.workload = workload
+        self.path = path
         self.backends: Mapping[str, BackendStatus] = backends or {}
         self.selections: Mapping[str, Optional[str]] = selections or {}
         self.has_backend: Mapping[str, Optional[bool]] = has_backend or {}
@@ -189,7 +194,18 @@ class Context:
     def value(self, path: str) -> Value:
         v = self._cache.get(path)
         if v is None:
-            v = resolve(path, self.facts, self.workload)
+            if path.startswith("path."):
+                if self.path is None:  # backend rules run before the call path is complete
+                    from doctor.rules.callpath import infer
+
+                    self.path = infer(self.facts, self.workload)
+                got = getattr(self.path, path[5:])
+                if got is None and path == "path.model_supports":
+                    v = Value(False, reason="path.model_supports: this model family or transformers release is not in the support table")
+                else:
+                    v = Value(True, got)
+            else:
+                v = resolve(path, self.facts, self.workload)
             self._cache[path] = v
         return v
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from doctor.model import BackendStatus, Facts, Finding, FindingStatus, Severity, Workload
+from doctor.rules.callpath import CallPath, infer
 from doctor.rules.conditions import Context, Outcome, evaluate
 from doctor.rules.loader import Catalogue, Rule
 
@@ -32,6 +33,7 @@ class Diagnosis:
     findings: Tuple[Finding, ...]
     results: Tuple[RuleResult, ...]  # every rule, for --strict, lint and the rule tests
     selections: Tuple[Tuple[str, Optional[str]], ...]  # framework id -> selected backend id
+    path: CallPath  # who runs attention (doctor.rules.callpath)
 
     def result(self, rule_id: str) -> RuleResult:
         for r in self.results:
@@ -146,7 +148,8 @@ def _backends(
 
 def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
     statuses, selections, has_backend, outcomes = _backends(cat, facts, workload)
-    ctx = Context(facts, workload, statuses, selections, has_backend)
+    path = infer(facts, workload, selections)
+    ctx = Context(facts, workload, statuses, selections, has_backend, path)
     findings: List[Finding] = []
     results: List[RuleResult] = []
     for rule in cat.rules:
@@ -155,8 +158,8 @@ def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
             if got is None:  # framework absent: nothing to disable
                 results.append(RuleResult(rule.id, "passed"))
             else:
-                status = "not_evaluated" if got.value is None else ("fired" if got.value else "passed")
-                results.append(RuleResult(rule.id, status, got.missing))
+                verdict = "not_evaluated" if got.value is None else ("fired" if got.value else "passed")
+                results.append(RuleResult(rule.id, verdict, got.missing))
             continue
         out = evaluate(rule.when, ctx)
         if out.value is False:
@@ -192,4 +195,5 @@ def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
         findings=tuple(findings),
         results=tuple(results),
         selections=tuple(selections.items()),
+        path=path,
     )

@@ -153,14 +153,21 @@ def _check_semantics(path: Path, doc: Mapping[str, Any]) -> None:
     from doctor.rules.conditions import is_known_fact_path
     from doctor.versions import validate_spec
 
-    def walk(cond: Any, where: List[Any]) -> None:
+    def walk(cond: Any, where: List[Any], finding: bool = False) -> None:
         if not isinstance(cond, dict):
             return
         for key in ("all", "any"):
             for i, child in enumerate(cond.get(key, ()) or ()):
-                walk(child, where + [key, i])
+                walk(child, where + [key, i], finding)
         if "not" in cond:
-            walk(cond["not"], where + ["not"])
+            walk(cond["not"], where + ["not"], False)
+        if finding and "backend" in cond and cond.get("available") is True:
+            # What happens inside a backend matters only where that backend runs: a finding
+            # keyed on "available" fires when another backend is selected (the review's W2/W4).
+            raise _fail(
+                path, doc, where, f"a finding keyed on backend {cond['backend']!r} being available",
+                hint="use `selected: true` (the backend that runs), or `has_backend`/`available: false` for availability",
+            )
         if "fact" in cond and not is_known_fact_path(cond["fact"]):
             raise _fail(path, doc, where, f"unknown fact {cond['fact']!r}", hint="see docs/rules.md for fact names")
         spec = cond.get("version")
@@ -176,7 +183,7 @@ def _check_semantics(path: Path, doc: Mapping[str, Any]) -> None:
 
     placeholder = re.compile(r"\{([a-z_]+):([^{}]+)\}|\{([A-Za-z0-9_.\-]+)\}")
     for i, rule in enumerate(doc.get("rules", ()) or ()):
-        walk(rule.get("when"), ["rules", i, "when"])
+        walk(rule.get("when"), ["rules", i, "when"], finding=not rule.get("disables"))
         if rule.get("silent_wrong_results") and rule.get("severity") != "error":
             raise _fail(path, doc, ["rules", i, "severity"], "a rule about silent wrong results must be an error")
         texts = [rule.get("title", ""), rule.get("message", "")]
@@ -453,7 +460,7 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
             if cache_file and cache_file.is_file():
                 return _from_json(json.loads(cache_file.read_text(encoding="utf-8")))
         except (OSError, ValueError, KeyError, TypeError):
-            cache_file = cache_file  # unreadable or stale cache: rebuild below
+            pass  # unreadable or stale cache: rebuilt below and overwritten
     frameworks: List[Framework] = []
     rules: List[Rule] = []
     for f in files:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge", "in", "not_in", "version", "matches", "is_set", "multiple_of")
-
 _scalar: Dict[str, Any] = {"type": ["string", "number", "boolean", "null"]}
 _compare_props: Dict[str, Any] = {
     "eq": _scalar,

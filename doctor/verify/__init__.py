@@ -27,7 +27,7 @@ from doctor.verify.cases import (
     plan_cases,
 )
 from doctor.verify.results import KernelRun
-from doctor.verify.runner import run_cases
+from doctor.verify.runner import ask_request, run_cases
 
 __all__ = [
     "BACKENDS",
@@ -35,6 +35,7 @@ __all__ = [
     "SDPA_BACKENDS",
     "CaseSpec",
     "KernelRun",
+    "ask_request",
     "installed_backends",
     "kernels_available",
     "matches",

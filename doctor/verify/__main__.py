@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from doctor.errors import ExitCode, InputError
-from doctor.model import CaseResult
+from doctor.model import CaseResult, Workload
 from doctor.workload import load_workload_file
 from doctor.verify.cases import DEFAULT_TIMEOUT_S, installed_backends, matches, plan_cases
-from doctor.verify.runner import run_cases
+from doctor.verify.runner import ask_request, run_cases
 
 
 class _PartialWriter:
@@ -51,6 +51,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     ap.add_argument("--only", action="append", default=[],
                     help="keep only cases whose id matches this glob (repeatable)")
+    ap.add_argument("--no-ask", action="store_true",
+                    help="do not ask the libraries for their own backend pick first")
     args = ap.parse_args(argv)
     installed = (set(args.backends.split(",")) if args.backends else installed_backends())
     workload = None
@@ -67,7 +69,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "installed": sorted(installed)}
     out = Path(args.out)
     run = run_cases(cases, python=args.python, timeout_s=args.timeout, device=args.device,
-                    observer=_PartialWriter(out, plan, len(cases)))
+                    observer=_PartialWriter(out, plan, len(cases)),
+                    ask=[] if args.no_ask else [ask_request(workload or Workload())])
     doc = run.to_json()
     doc["plan"] = plan
     out.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")

@@ -154,7 +154,7 @@ def not_expressible(spec: CaseSpec) -> Optional[str]:
     """Why the backend's API cannot even state this case (such cases are not planned)."""
     b = spec.backend
     fa_like = b.startswith("flash_attn.")
-    if spec.softcap and (b in SDPA_BACKENDS or b.startswith("te.") or b.startswith("xformers")):
+    if spec.softcap and (b in SDPA_BACKENDS or b.startswith("xformers")):
         return "no softcap in this API"
     if fa_like and spec.mask == "causal" and spec.seq_q != spec.seq_kv:
         return "flash-attn causal is bottom-right aligned"
@@ -168,8 +168,8 @@ def not_expressible(spec: CaseSpec) -> Optional[str]:
         return "nested-tensor SDPA takes no mask"
     if spec.window is not None and b.startswith("xformers"):
         return "sliding window not covered for xformers"
-    if spec.dtype == "fp8" and b != "flash_attn.fa3":
-        return "fp8 covered for FA3 only"
+    if spec.dtype == "fp8" and b != "flash_attn.fa3" and not b.startswith("te."):
+        return "fp8 covered for FA3 and TransformerEngine only"
     return None
 
 
@@ -210,7 +210,7 @@ def plan_cases(workload: Optional[Workload], installed: Iterable[str], *,
             add(make_case(b, head_dim_qk=320, head_dim_v=320, mask="no_mask", direction="fwd",
                           purpose="static rule: flash and cuDNN SDPA refuse head_dim > 256"))
         _features(add, sdpa + others, flex="sdpa.flex" in inst and suite == "full")
-        _bench(add, Workload(), inst if suite == "full" else [b for b in inst if b != "sdpa.flex"])
+        _workload_cases(add, Workload(), inst if suite == "full" else [b for b in inst if b != "sdpa.flex"])
     else:
         _workload_cases(add, workload, inst)
         _regressions(add, sdpa + others)
@@ -265,7 +265,7 @@ def _features(add: Any, backends: Sequence[str], flex: bool) -> None:
 
 
 # Workload <-> CaseSpec: the one mapping between the user's attention shape and a kernel
-# case's, in both directions (tests/kernels/test_kernels_plan.py checks the round trip).
+# case's, in both directions (tests/verify/test_kernels_plan.py checks the round trip).
 
 
 def case_dims(w: Workload) -> Dict[str, Any]:
@@ -351,9 +351,6 @@ def _workload_cases(add: Any, w: Workload, backends: Sequence[str]) -> None:
         add(replace(bench, shape=shape))
 
 
-def _bench(add: Any, w: Workload, backends: Sequence[str]) -> None:
-    """Timing at the default workload shape plus its capped correctness twin."""
-    _workload_cases(add, w, backends)
 
 
 

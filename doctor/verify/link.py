@@ -17,6 +17,7 @@ from fnmatch import fnmatchcase
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from doctor.model import BackendStatus, CaseResult, Finding, Report, Severity, Workload
+from doctor.verify.asked import asked_lines
 from doctor.rules.loader import Catalogue
 from doctor.verify.cases import CaseSpec, workload_for_case
 from doctor.verify.results import KernelRun
@@ -26,7 +27,8 @@ REFUSED = ("unsupported",)
 # Backends whose kernel adapters have run on a real GPU (docs/gpu-runs/). An unpredicted failure
 # of any other adapter may be the harness's own fault, so it is reported as a warning that says
 # so instead of failing a CI gate.
-GPU_VALIDATED = ("sdpa.flash", "sdpa.efficient", "sdpa.cudnn", "sdpa.math", "sdpa.flex", "flash_attn.fa4")
+GPU_VALIDATED = ("sdpa.flash", "sdpa.efficient", "sdpa.cudnn", "sdpa.math", "sdpa.flex", "flash_attn.fa4",
+                 "flash_attn.fa2", "te.flash", "te.fused", "te.unfused")
 
 
 def _matches(case_id: str, patterns: Sequence[str]) -> bool:
@@ -126,7 +128,7 @@ def link_kernels(report: Report, cat: Catalogue, kernel_run: KernelRun) -> Repor
         findings.append(
             Finding(
                 rule_id=f"KERNEL-{c.backend.upper().replace('.', '-').replace('_', '-')}-{c.status.upper()}",
-                severity=Severity.ERROR if validated else "warning",
+                severity=Severity.ERROR if validated else Severity.WARNING,
                 title=f"{c.backend} {'gave wrong results' if c.status == 'failed' else c.status} in kernel case {c.id}",
                 message=(
                     f"No rule predicted this: the kernel case {c.id} {c.status} on this machine. "
@@ -156,7 +158,7 @@ def link_kernels(report: Report, cat: Catalogue, kernel_run: KernelRun) -> Repor
         backends=tuple(backends),
         kernels=results,
         rule_results=report.rule_results + extra_results,
-        kernel_summary=_timings(kernel_run),
+        kernel_summary=_timings(kernel_run) + asked_lines(report, kernel_run),
     )
 
 

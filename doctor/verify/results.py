@@ -77,6 +77,9 @@ class KernelRun:
     timings: Tuple[Timing, ...] = ()
     fastest: Tuple[Timing, ...] = ()  # per shape: the fastest backend that passed
     cases: Tuple[CaseSpec, ...] = ()
+    # What each installed library itself would pick for the asked workloads (kernels/ask.py),
+    # asked in the first worker before any case: {"name": ..., "answers": [...]} each.
+    asked: Tuple[Dict[str, Any], ...] = ()
 
     def counts(self) -> Dict[str, int]:
         out = {s: 0 for s in STATUSES}
@@ -111,6 +114,7 @@ class KernelRun:
             "fastest": [asdict(t) for t in self.fastest],
             "timings": [asdict(t) for t in self.timings],
             "cases": cases,
+            "asked": list(self.asked),
         }
 
 

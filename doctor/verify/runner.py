@@ -18,7 +18,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Protocol, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from doctor.model import CaseResult
+from doctor.model import CaseResult, Workload
 
 from doctor.resources import kernels_dir
 from doctor.verify.cases import DEFAULT_TIMEOUT_S, PROTOCOL, STARTUP_TIMEOUT_S, STATUSES, CaseSpec
@@ -82,7 +82,8 @@ class _Worker:
     """One worker process: JSON in on stdin, events out through a reader thread."""
 
     def __init__(self, python: str, cases: Sequence[CaseSpec], device: str,
-                 env: Optional[Mapping[str, str]], stderr_path: Path) -> None:
+                 env: Optional[Mapping[str, str]], stderr_path: Path,
+                 ask: Sequence[Mapping[str, Any]] = ()) -> None:
         self.t_spawn = time.time()
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "wb")
@@ -95,7 +96,7 @@ class _Worker:
             env=full_env, start_new_session=True,
         )
         self.events: "queue.Queue[Optional[Dict[str, Any]]]" = queue.Queue()
-        doc = json.dumps({"protocol": PROTOCOL, "device": device,
+        doc = json.dumps({"protocol": PROTOCOL, "device": device, "ask": list(ask),
                           "cases": [c.to_json() for c in cases]})
         threading.Thread(target=self._feed, args=(doc,), daemon=True).start()
         threading.Thread(target=self._read, daemon=True).start()
@@ -142,8 +143,11 @@ class _Worker:
 def run_cases(cases: Sequence[CaseSpec], *, python: str = sys.executable,
               timeout_s: float = DEFAULT_TIMEOUT_S, observer: Optional[Observer] = None,
               env: Optional[Mapping[str, str]] = None, device: str = "auto",
-              startup_timeout_s: float = STARTUP_TIMEOUT_S) -> KernelRun:
-    """Run the cases in worker processes; restart after a crash or timeout."""
+              startup_timeout_s: float = STARTUP_TIMEOUT_S,
+              ask: Sequence[Mapping[str, Any]] = ()) -> KernelRun:
+    """Run the cases in worker processes; restart after a crash or timeout. `ask`: workloads
+    (Workload field dicts, see ask_request) for which the first worker asks each installed
+    library which backend it would pick, before any kernel runs (`KernelRun.asked`)."""
     t0 = time.time()
     watch: Observer = observer if observer is not None else NoObserver()
     watch.on_start(len(cases))
@@ -154,6 +158,7 @@ def run_cases(cases: Sequence[CaseSpec], *, python: str = sys.executable,
     ph: Dict[str, float] = {"worker_start_s": 0.0, "import_s": 0.0, "cuda_init_s": 0.0,
                             "cases_s": 0.0, "restart_s": 0.0}
     workers = 0
+    asked: List[Dict[str, Any]] = []
 
     def record(spec: CaseSpec, status: str, detail: str, *, max_rel: Optional[float] = None,
                ms: Optional[float] = None, tflops: Optional[float] = None,
@@ -168,7 +173,8 @@ def run_cases(cases: Sequence[CaseSpec], *, python: str = sys.executable,
     with tempfile.TemporaryDirectory(prefix="attn-doctor-") as tmp:
         while pending:
             try:
-                w = _Worker(python, pending, device, env, Path(tmp) / f"worker{workers}.stderr")
+                w = _Worker(python, pending, device, env, Path(tmp) / f"worker{workers}.stderr",
+                            ask=ask if workers == 0 else ())
             except OSError as exc:
                 for c in pending:
                     record(c, "skipped", f"kernel worker could not be started with {python}: "
@@ -228,6 +234,9 @@ def run_cases(cases: Sequence[CaseSpec], *, python: str = sys.executable,
                     else:
                         ph["restart_s"] += now - w.t_spawn
                     deadline = now + timeout_s
+                elif kind == "ask":
+                    asked.append({k: v for k, v in ev.items() if k != "event"})
+                    deadline = now + timeout_s
                 elif kind == "start":
                     current = by_id.get(str(ev.get("id")))
                     t_case = now
@@ -264,6 +273,7 @@ def run_cases(cases: Sequence[CaseSpec], *, python: str = sys.executable,
         phases=Phases(total_s=time.time() - t0, workers=workers, **ph),
         environment=_environment(env_ev),
         cases=tuple(cases),
+        asked=tuple(asked),
     )
     timings, fastest = _timings(run)
     run = replace(run, timings=timings, fastest=fastest)
@@ -299,3 +309,15 @@ def _timings(run: KernelRun) -> Tuple[Tuple[Timing, ...], Tuple[Timing, ...]]:
     return tuple(timings), tuple(fastest.values())
 
 
+
+
+def ask_request(workload: Workload, name: str = "workload") -> Dict[str, Any]:
+    """The worker's `ask` entry for a workload: its fields as kernels/ask.py reads them."""
+    keys = ("dtype", "head_dim_qk", "head_dim_v", "num_heads", "num_kv_heads", "seq_len_q",
+            "seq_len_kv", "batch_size", "mask", "window_size", "softcap", "alibi", "dropout",
+            "qkv_format", "qkv_packed", "varlen", "training", "deterministic", "fp8")
+    req: Dict[str, Any] = {k: getattr(workload, k) for k in keys}
+    req["window_size"] = list(workload.window_size) if workload.window_size else None
+    req["cp_size"] = workload.cp_size
+    req["name"] = name
+    return req

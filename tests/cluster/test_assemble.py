@@ -7,7 +7,8 @@ from typing import Any, Dict
 
 from doctor.cluster import assemble
 from doctor.cluster.comm import merge
-from doctor.cluster.report import EXIT_INCOMPLETE, ClusterReport, CommCheck, CommResult, CpResult
+from doctor.errors import ExitCode
+from doctor.cluster.report import ClusterReport, CommCheck, CommResult, CpResult
 from doctor.model import CaseResult
 
 
@@ -88,7 +89,7 @@ def test_report_exit_codes_and_json() -> None:
     assert clean.exit_code == 0 and clean.answered == (0, 1) and clean.missing == ()
     err = assemble.cp_findings([CpResult("p2p", True, "bf16", 2, 64, 2, 16, False, 1.0, 1.0, 0.02)])
     assert ClusterReport(0, 2, "env", "gloo", True, table, tuple(err)).exit_code == 1
-    assert ClusterReport(0, 2, "env", "gloo", False, table).exit_code == EXIT_INCOMPLETE
+    assert ClusterReport(0, 2, "env", "gloo", False, table).exit_code == ExitCode.INCOMPLETE == 4
     assert ClusterReport(1, 2, "env", "gloo", True).exit_code == 0  # non-reporters hand over and exit 0
     doc = json.loads(json.dumps(ClusterReport(0, 2, "env", "gloo", True, table, tuple(err),
                                               snapshots=((0, snapshot()),)).to_dict()))

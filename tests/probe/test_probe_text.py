@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
 
 from doctor.report.probe_text import render_probe
 from doctor.snapshot import load_snapshot

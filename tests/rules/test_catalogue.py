@@ -85,3 +85,25 @@ def test_no_prose_is_cut_short_by_a_yaml_comment() -> None:
             if pattern.match(line):
                 bad.append(f"{path}:{n}")
     assert not bad, bad
+
+
+def test_the_schema_knows_exactly_the_operators_the_evaluator_has() -> None:
+    """A leaf operator the schema accepts but conditions cannot evaluate (or the reverse) would
+    be a rule that loads and then fails at run time."""
+    from doctor.rules.conditions import OPERATORS
+    from doctor.rules.schema import _compare_props
+
+    assert set(_compare_props) == set(OPERATORS)
+
+
+def test_lint_of_one_file_runs_that_files_cases_given_a_relative_path(monkeypatch: Any, capsys: Any) -> None:
+    import pytest
+
+    from doctor.cli import main
+    from doctor.resources import rules_dir
+
+    monkeypatch.chdir(rules_dir().parent)
+    with pytest.raises(SystemExit) as exc:
+        main(["rules", "lint", "rules/findings/seeds.yaml"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert exc.value.code == 0 and last.endswith("rule test cases, 0 failed") and not last.startswith("0 ")

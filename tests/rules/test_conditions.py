@@ -89,10 +89,12 @@ def test_specifier_matching_agrees_with_packaging(version: str, spec: str) -> No
     assert version_matches(version, spec) == SpecifierSet(spec, prereleases=True).contains(Version(version), prereleases=True)
 
 
-def test_prereleases_order_plainly_below_their_release() -> None:
-    # Deliberate difference from PEP 440's exclusive-ordering rule: a rule written "<4.0.0" means
-    # every FlashAttention-4 beta, so 4.0.0b4 matches it.
-    assert version_matches("4.0.0b4", "<4.0.0")
+def test_exclusive_ordering_follows_pep_440_as_pip_does() -> None:
+    # "<4.0.0" does not take 4.0.0's own pre-releases (a rule about FlashAttention-4 betas names
+    # them: "<=4.0.0b27", "<4.0.0b5"); ">2.5.8" does not take 2.5.8.post1.
+    assert not version_matches("4.0.0b4", "<4.0.0") and version_matches("4.0.0b4", "<=4.0.0b27")
+    assert version_matches("4.0.0b4", "<4.0.0b5") and version_matches("3.9.0", "<4.0.0")
+    assert not version_matches("2.5.8.post1", ">2.5.8") and version_matches("2.5.9", ">2.5.8")
 
 
 def test_torch_not_installed_is_a_known_absence() -> None:

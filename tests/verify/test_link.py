@@ -3,26 +3,23 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Tuple
 
 from doctor.app import Inputs, check, fail_count
 from doctor.model import CaseResult
+from doctor.verify.results import Environment, KernelRun, Phases
 from doctor.snapshot import facts_from_snapshot
 from doctor.rules.loader import load_catalogue
 from doctor.workload import resolve_workload
 
-SEED = Path(__file__).resolve().parent.parent / "docs" / "examples" / "seeds" / "004-te-fused-strided-gqa"
+SEED = Path(__file__).resolve().parents[2] / "docs" / "examples" / "seeds" / "004-te-fused-strided-gqa"
 STRIDED = "te.fused/fp16/hd64/gqa16-1/s2048/b1/causal/strided-qkv/fwdbwd"
 
 
-@dataclass(frozen=True)
-class FakeRun:
-    results: Tuple[CaseResult, ...]
-    fastest: tuple = ()
-    timings: tuple = ()
-    cases: tuple = ()
+def FakeRun(results: Tuple[CaseResult, ...], cases: tuple = (), timings: tuple = (), fastest: tuple = ()) -> KernelRun:  # noqa: N802
+    """A real KernelRun holding only what linking reads."""
+    return KernelRun(results=tuple(results), details=(), phases=Phases(), environment=Environment(), timings=timings, fastest=fastest, cases=cases)
 
 
 def report_with(*results: CaseResult):  # type: ignore[no-untyped-def]
@@ -72,9 +69,9 @@ def test_failure_of_a_known_issue_outside_the_workload_names_the_rule() -> None:
 
 
 def test_failure_of_an_adapter_never_run_on_a_gpu_is_a_warning_that_says_so() -> None:
-    case = "flash_attn.fa2/bf16/hd128/causal/fwdbwd"
-    r = report_with(CaseResult(case, "flash_attn.fa2", "crashed", "TypeError: forward() got an unexpected keyword"))
-    f = finding(r, "KERNEL-FLASH-ATTN-FA2-CRASHED")
+    case = "flash_attn.fa3/bf16/hd128/causal/fwdbwd"
+    r = report_with(CaseResult(case, "flash_attn.fa3", "crashed", "TypeError: forward() got an unexpected keyword"))
+    f = finding(r, "KERNEL-FLASH-ATTN-FA3-CRASHED")
     assert f.severity == "warning" and "not yet run on a real GPU" in f.message
 
 

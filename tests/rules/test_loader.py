@@ -106,3 +106,29 @@ def test_lint_catches_what_a_user_would_see_broken(tmp_path: Path, edit, needle:
     with pytest.raises(RuleError) as exc:
         load_catalogue([p], builtin=True, use_cache=False)
     assert needle in exc.value.one_line() and f"{p}:" in exc.value.one_line()
+
+
+def test_a_finding_about_a_backend_must_name_it_selected(tmp_path: Path) -> None:
+    """Lint: a finding keyed on a backend merely being available fires when another one runs."""
+    from doctor.errors import RuleError
+    from doctor.rules.loader import load_file
+
+    rule = tmp_path / "r.yaml"
+    rule.write_text(
+        "rules:\n"
+        "  - id: MY-FLASH-CRASH\n"
+        "    severity: error\n"
+        "    title: t\n"
+        "    message: m\n"
+        "    when:\n"
+        "      all:\n"
+        "        - {package: torch, version: '>=2.0'}\n"
+        "        - {backend: sdpa.flash, available: true}\n"
+        "    fixes: [{description: d, env: {X: '1'}}]\n"
+        "    sources: ['https://github.com/pytorch/pytorch/issues/1']\n"
+        "    tests: {fires: [{packages: {torch: '2.6.0'}}], passes: [{packages: {torch: '1.13.1'}}]}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(RuleError) as exc:
+        load_file(rule)
+    assert "selected: true" in (exc.value.hint or "") and exc.value.line == 9

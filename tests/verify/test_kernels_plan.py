@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+
+import pytest
 from pathlib import Path
 
 from doctor.model import Facts, GpuInfo, TorchInfo, Workload
@@ -66,7 +68,9 @@ def test_only_expressible_cases_are_planned() -> None:
                    and c.seq_q != c.seq_kv for c in plan)
     assert {c.backend for c in plan if c.layout == "kvcache"} == {"flash_attn.fa2",
                                                                   "flash_attn.fa3"}
-    assert {c.backend for c in plan if c.dtype == "fp8"} == {"flash_attn.fa3"}
+    assert {c.backend for c in plan if c.dtype == "fp8"} == {"flash_attn.fa3", "te.flash",
+                                                              "te.fused", "te.unfused"}
+    assert {c.backend for c in plan if c.softcap} >= {"te.flash", "te.fused", "te.unfused"}
     assert all(c.dropout == 0 or c.head_dim_v >= c.seq_kv for c in plan)
 
 
@@ -122,3 +126,27 @@ def test_worker_is_found_in_the_source_tree() -> None:
     assert (d / "worker.py").is_file()
     assert d == Path(__file__).resolve().parents[2] / "kernels"
     assert not (d / "__init__.py").exists()  # data, not an importable package
+
+
+@pytest.mark.parametrize("given", [
+    dict(head_dim=192, num_heads=16, num_kv_heads=4, mask="causal", dtype="bf16"),
+    dict(head_dim_qk=192, head_dim_v=128, num_heads=8, num_kv_heads=8, mask="no_mask", dtype="fp16", training=False),
+    dict(head_dim=128, window_size=[511, 0], softcap=50.0, qkv_packed=True, num_heads=16, num_kv_heads=16),
+    dict(head_dim=64, varlen=True, mask="padding_causal", dtype="bf16"),
+])
+def test_workload_and_case_shapes_map_both_ways(given) -> None:  # type: ignore[no-untyped-def]
+    """The one Workload <-> CaseSpec mapping: a case planned for a workload, mapped back,
+    describes the same attention call (what linking asks the backend model about)."""
+    from dataclasses import asdict
+
+    from doctor.verify.cases import case_dims, workload_for_case
+    from doctor.workload import build, default_workload
+
+    w = build(given, base=default_workload())
+    dims = case_dims(w)
+    spec = make_case("sdpa.math", **{k: v for k, v in dims.items()})
+    back = workload_for_case(spec, w)
+    assert case_dims(back) == dims
+    for key in ("head_dim_qk", "head_dim_v", "num_heads", "num_kv_heads", "training", "softcap"):
+        assert getattr(back, key) == getattr(w, key), key
+    assert asdict(spec)["layout"] == dims["layout"]

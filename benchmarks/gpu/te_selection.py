@@ -1,0 +1,193 @@
+"""TransformerEngine's own backend selection on a GPU against the doctor's static prediction.
+
+    python benchmarks/gpu/te_selection.py workloads OUT.json
+        the workload grid (default profile plus one- and two-factor variations)
+    (device) python kernels/ask.py --libraries te,torch --input OUT.json > ANSWERS.jsonl
+    python benchmarks/gpu/te_selection.py compare SNAPSHOT.json ANSWERS.jsonl OUT_PREFIX
+        runs the doctor's diagnosis for each workload on the device's own snapshot
+        (`python -m doctor probe --format json` there) and writes OUT_PREFIX.json and .md
+
+The device answers come from `get_attention_backend` with the real cuDNN; nothing here
+needs a GPU. Agreement is counted on the selected backend and on each backend's
+availability; each disagreement is listed with TE's own debug log for the workload.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+BASE: Dict[str, Any] = dict(dtype="bf16", head_dim_qk=128, head_dim_v=128, num_heads=32,
+                            num_kv_heads=8, seq_len_q=4096, seq_len_kv=4096, batch_size=2,
+                            mask="causal")
+
+VARIATIONS: List[Dict[str, Any]] = [
+    {},
+    {"dtype": "fp16"}, {"dtype": "fp32"},
+    {"head_dim_qk": 64, "head_dim_v": 64}, {"head_dim_qk": 80, "head_dim_v": 80},
+    {"head_dim_qk": 96, "head_dim_v": 96}, {"head_dim_qk": 72, "head_dim_v": 72},
+    {"head_dim_qk": 192, "head_dim_v": 192}, {"head_dim_qk": 256, "head_dim_v": 256},
+    {"head_dim_qk": 320, "head_dim_v": 320}, {"head_dim_qk": 512, "head_dim_v": 512},
+    {"head_dim_qk": 192, "head_dim_v": 128}, {"head_dim_qk": 192, "head_dim_v": 128, "num_kv_heads": 32},
+    {"head_dim_qk": 128, "head_dim_v": 64}, {"head_dim_qk": 576, "head_dim_v": 512},
+    {"num_heads": 16, "num_kv_heads": 16}, {"num_heads": 16, "num_kv_heads": 1},
+    {"mask": "no_mask"}, {"mask": "causal_bottom_right"},
+    {"mask": "causal", "seq_len_q": 128, "seq_len_kv": 384},
+    {"mask": "causal_bottom_right", "seq_len_q": 128, "seq_len_kv": 384},
+    {"mask": "no_mask", "seq_len_q": 128, "seq_len_kv": 384},
+    {"mask": "causal_bottom_right", "seq_len_q": 1, "seq_len_kv": 4096, "training": False},
+    {"mask": "padding_causal", "varlen": True, "qkv_format": "thd"},
+    {"mask": "padding", "varlen": True, "qkv_format": "thd"},
+    {"mask": "padding_causal", "varlen": True, "qkv_format": "thd", "head_dim_qk": 192, "head_dim_v": 128},
+    {"mask": "padding_causal", "varlen": True, "qkv_format": "thd", "window_size": [128, 0]},
+    {"mask": "padding_causal", "varlen": True, "qkv_format": "thd", "dropout": 0.1},
+    {"window_size": [128, 0]}, {"window_size": [4095, 0]}, {"mask": "no_mask", "window_size": [128, 128]},
+    {"window_size": [128, 0], "head_dim_qk": 256, "head_dim_v": 256},
+    {"dropout": 0.1}, {"dropout": 0.1, "head_dim_qk": 256, "head_dim_v": 256},
+    {"dropout": 0.1, "window_size": [128, 0]},
+    {"softcap": 30.0}, {"softcap": 50.0, "head_dim_qk": 256, "head_dim_v": 256, "window_size": [4095, 0]},
+    {"alibi": True}, {"alibi": True, "mask": "no_mask"},
+    {"qkv_packed": True, "num_heads": 16, "num_kv_heads": 16},
+    {"qkv_packed": True, "num_heads": 16, "num_kv_heads": 1, "dtype": "fp16", "head_dim_qk": 64,
+     "head_dim_v": 64, "seq_len_q": 2048, "seq_len_kv": 2048, "batch_size": 1},
+    {"qkv_format": "sbhd"}, {"qkv_format": "sbhd", "qkv_packed": True, "num_heads": 16, "num_kv_heads": 16},
+    {"deterministic": True}, {"deterministic": True, "head_dim_qk": 256, "head_dim_v": 256},
+    {"deterministic": True, "dropout": 0.1},
+    {"training": False}, {"training": False, "head_dim_qk": 256, "head_dim_v": 256},
+    {"dtype": "fp8"}, {"dtype": "fp8", "training": False},
+    {"dtype": "fp8", "head_dim_qk": 192, "head_dim_v": 128}, {"dtype": "fp8", "mask": "no_mask"},
+    {"seq_len_q": 32768, "seq_len_kv": 32768, "batch_size": 1}, {"seq_len_q": 512, "seq_len_kv": 512},
+    {"seq_len_q": 100, "seq_len_kv": 100}, {"seq_len_q": 4095, "seq_len_kv": 4095},
+    {"batch_size": 64, "seq_len_q": 512, "seq_len_kv": 512},
+    {"cp_size": 2}, {"cp_size": 2, "mask": "causal_bottom_right"},
+    {"cp_size": 2, "window_size": [128, 0]},
+    {"dtype": "fp16", "head_dim_qk": 256, "head_dim_v": 256, "mask": "no_mask"},
+    {"num_heads": 16, "num_kv_heads": 1, "head_dim_qk": 64, "head_dim_v": 64},
+]
+
+
+def _name(v: Dict[str, Any]) -> str:
+    if not v:
+        return "default"
+    return ",".join(f"{k}={'x'.join(map(str, x)) if isinstance(x, list) else x}"
+                    for k, x in v.items())
+
+
+def workloads() -> List[Dict[str, Any]]:
+    return [{"name": _name(v), **BASE, **v} for v in VARIATIONS]
+
+
+def _workload(d: Dict[str, Any]) -> Any:
+    from doctor.model import ContextParallel, Workload
+
+    names = {f.name for f in fields(Workload)}
+    kw = {k: v for k, v in d.items() if k in names}
+    if kw.pop("fp8", False):  # FP8 attention: the doctor's workload says dtype fp8
+        kw["dtype"] = "fp8"
+    if kw.get("window_size") is not None:
+        kw["window_size"] = tuple(kw["window_size"])
+    w = Workload(**kw)
+    if int(d.get("cp_size") or 1) > 1:
+        w = replace(w, context_parallel=replace(ContextParallel(), size=int(d["cp_size"])))
+    return w
+
+
+def not_comparable(library: str, w: Dict[str, Any]) -> Optional[str]:
+    """Workloads where the library question cannot stand for the workload's real call path
+    (the row is listed, and left out of the agreement figure)."""
+    if library != "torch":
+        return None
+    if w.get("varlen") or w.get("qkv_format") == "thd":
+        return "SDPA runs packed sequences as nested tensors; _fused_sdp_choice was asked on a dense shape"
+    if str(w.get("mask", "")).endswith("bottom_right") and w.get("seq_len_q") != w.get("seq_len_kv"):
+        return ("bottom-right causal with seq_q != seq_kv goes through CausalBias's own dispatch, "
+                "not _fused_sdp_choice (asked with an explicit mask)")
+    if w.get("dtype") == "fp8" or w.get("fp8"):
+        return "SDPA has no FP8 attention"
+    return None
+
+
+def compare(snapshot: Path, answers: Path, prefix: Path) -> Dict[str, Any]:
+    from doctor.app import probe_snapshot
+    from doctor.verify.asked import compare as compare_one
+    from doctor.snapshot import facts_from_snapshot
+    from doctor.rules.evaluate import diagnose
+    from doctor.rules.loader import load_catalogue
+
+    cat = load_catalogue([])
+    facts = facts_from_snapshot(probe_snapshot(env_file=snapshot), source=str(snapshot))
+    rows = []
+    for line in answers.read_text(encoding="utf-8").splitlines():
+        if not line.strip().startswith("{"):
+            continue
+        item = json.loads(line)
+        w = _workload(item["workload"])
+        d = diagnose(cat, facts, w)
+        for ans in item["answers"]:
+            fw = {"transformer-engine": "transformer-engine", "torch": "torch-sdpa"}[ans["library"]]
+            mine = [b for b in d.backends if b.framework == fw]
+            predicted = next((b.id for b in mine if b.selected), None)
+            avail = {b.id: b.available for b in mine}
+            c = compare_one(ans, predicted, avail)
+            why_not = not_comparable(ans["library"], item["workload"])
+            if why_not and c["verdict"] != "not_asked":
+                c = dict(c, verdict="not_comparable", detail=why_not)
+            rows.append({
+                "name": item["name"], "library": ans["library"], "verdict": c["verdict"],
+                "library_pick": c.get("library"), "doctor_pick": c.get("doctor"),
+                "mismatches": c.get("mismatches", []), "detail": c.get("detail"),
+                "library_available": ans.get("available"), "doctor_available": avail,
+                "doctor_reasons": {b.id: list(b.reasons) for b in mine if b.reasons},
+                "fused_sub_backend": ans.get("fused_sub_backend"),
+                "library_log": ans.get("log", [])[-12:] if c["verdict"] != "confirmed"
+                or c["mismatches"] else [],
+                "library_reasons": ans.get("reasons"),
+            })
+    out: Dict[str, Any] = {"snapshot": str(snapshot), "answers": str(answers), "libraries": {}}
+    for lib in sorted({r["library"] for r in rows}):
+        mine = [r for r in rows if r["library"] == lib
+                and r["verdict"] not in ("not_asked", "not_comparable")]
+        pairs = sum(len(r["library_available"] or {}) for r in mine)
+        bad_pairs = sum(len(r["mismatches"]) for r in mine)
+        out["libraries"][lib] = {
+            "workloads": len(mine),
+            "selection_agree": sum(r["verdict"] == "confirmed" for r in mine),
+            "availability_pairs": pairs, "availability_agree": pairs - bad_pairs,
+            "not_asked": sum(r["verdict"] == "not_asked" for r in rows if r["library"] == lib),
+            "not_comparable": sum(r["verdict"] == "not_comparable" for r in rows if r["library"] == lib),
+        }
+    out["rows"] = rows
+    prefix.with_suffix(".json").write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    md = [f"# Library selection vs doctor ({snapshot.name})", ""]
+    for lib, s in out["libraries"].items():
+        md.append(f"- {lib}: selection {s['selection_agree']}/{s['workloads']}, availability "
+                  f"{s['availability_agree']}/{s['availability_pairs']}"
+                  + (f", {s['not_asked']} not asked" if s["not_asked"] else ""))
+    md += ["", "| workload | library | library picks | doctor | verdict | availability mismatches |",
+           "|---|---|---|---|---|---|"]
+    for r in rows:
+        mm = "; ".join(f"{m['backend']}: lib {m['library']} / doctor {m['doctor']}" for m in r["mismatches"])
+        md.append(f"| `{r['name']}` | {r['library']} | {r['library_pick']} | {r['doctor_pick']} | "
+                  f"{r['verdict']} | {mm} |")
+    prefix.with_suffix(".md").write_text("\n".join(md) + "\n", encoding="utf-8")
+    return out
+
+
+def main(argv: List[str]) -> int:
+    if argv[:1] == ["workloads"]:
+        Path(argv[1]).write_text(json.dumps({"workloads": workloads()}, indent=1) + "\n")
+        print(f"{len(workloads())} workloads -> {argv[1]}")
+        return 0
+    if argv[:1] == ["compare"]:
+        out = compare(Path(argv[1]), Path(argv[2]), Path(argv[3]))
+        print(json.dumps(out["libraries"]))
+        return 0
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

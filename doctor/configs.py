@@ -1,0 +1,450 @@
+"""`--config FILE`: read the configs users already have, recognised by their content.
+
+    read_config(path) -> ConfigRead(kind, workload keys, packages, facts, env, took, notes)
+
+| kind | recognised by | what it gives |
+|---|---|---|
+| axolotl | YAML with base_model and axolotl's attention/packing keys | attention, packing, seq, dtype, CP (ring-flash-attn) |
+| llamafactory | YAML with model_name_or_path and stage/finetuning_type/template | attention, packing, seq, dtype |
+| accelerate | YAML with compute_environment / distributed_type | dtype, CP (torch ring attention) |
+| nemo | YAML with a `model:` section holding Megatron keys | heads, head dim, seq, dtype, CP (TE) |
+| deepspeed | JSON with zero_optimization / train_*batch* keys | dtype, Ulysses sequence parallel size |
+| torchtitan | TOML with [parallelism] / [training] / [model] | CP (torch ring), seq, dtype, model family |
+| megatron | a file of command-line arguments (--context-parallel-size ...) | heads, head dim, seq, dtype, CP (TE), NVTE switches |
+| te-log | TransformerEngine's NVTE_DEBUG=1 log (`Running with config={...}`) | versions, GPU, cuDNN and the call's shape |
+| requirements | pip freeze / requirements.txt / uv.lock / poetry.lock | the installed packages (a partial snapshot) |
+
+Nothing is executed: Python configs are refused, and the TE log's dict is read by a pattern,
+never evaluated. Keys a reader does not know are ignored; a value it reads that is invalid is
+an input error naming the file, the line and the key. `took` says what was taken, so every
+output can show where the workload came from.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from doctor.errors import InputError
+from doctor.versions import canonical_name, is_version
+
+MAX_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ConfigRead:
+    kind: str
+    path: str
+    workload: Mapping[str, Any] = field(default_factory=dict)  # workload-file keys
+    packages: Optional[Mapping[str, str]] = None  # a package list (requirements, lock, TE log)
+    facts: Mapping[str, Any] = field(default_factory=dict)  # other snapshot sections (te-log)
+    env: Mapping[str, str] = field(default_factory=dict)  # variables the framework itself sets
+    took: Tuple[str, ...] = ()  # "flash_attention: true -> attn_implementation=flash_attention_2"
+    notes: Tuple[str, ...] = ()  # what it could not take, and why
+
+
+class _Taker:
+    """Collects workload keys with the config key each came from."""
+
+    def __init__(self, path: str, lines: Mapping[str, int]) -> None:
+        self.path, self.lines = path, lines
+        self.workload: Dict[str, Any] = {}
+        self.env: Dict[str, str] = {}
+        self.took: List[str] = []
+        self.notes: List[str] = []
+
+    def put(self, src: str, key: str, value: Any) -> None:
+        if key.startswith("context_parallel."):
+            self.workload.setdefault("context_parallel", {})[key.split(".", 1)[1]] = value
+        else:
+            self.workload[key] = value
+        self.took.append(f"{src} -> {key}={value}")
+
+    def bad(self, key: str, value: Any, want: str) -> InputError:
+        return InputError(f"{key}={value!r}: {want}", path=self.path, line=self.lines.get(key.split(".")[-1]))
+
+    def int_(self, key: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit() or int(value) < 1:
+            raise self.bad(key, value, "expected a positive integer")
+        return int(value)
+
+    def bool_(self, key: str, value: Any) -> bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise self.bad(key, value, "expected true or false")
+
+
+# --------------------------------------------------------------------------- readers
+
+
+def _section(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = doc.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _dtype(t: _Taker, src: str, doc: Mapping[str, Any]) -> None:
+    for key, name in (("bf16", "bf16"), ("fp16", "fp16")):
+        if key in doc and doc[key] not in (None, "auto") and t.bool_(key, doc[key]):
+            t.put(f"{src}{key}: true", "dtype", name)
+            return
+
+
+def _axolotl(t: _Taker, doc: Mapping[str, Any]) -> None:
+    t.put("axolotl", "framework", "axolotl")
+    impl = None
+    for key, value in (("flash_attention", "flash_attention_2"), ("sdp_attention", "sdpa"), ("flex_attention", "flex_attention"), ("eager_attention", "eager")):
+        if key in doc and doc[key] is not None and t.bool_(key, doc[key]):
+            impl = value
+            t.put(f"{key}: true", "attn_implementation", value)
+            break
+    if "sample_packing" in doc and doc["sample_packing"] is not None and t.bool_("sample_packing", doc["sample_packing"]):
+        # multipack with flash-attn passes cu_seqlens; without it sequences are only concatenated
+        t.put("sample_packing: true", "packing", "varlen" if impl == "flash_attention_2" else "padding_free")
+    if doc.get("sequence_len") is not None:
+        t.put("sequence_len", "seq_len", t.int_("sequence_len", doc["sequence_len"]))
+    for key in ("context_parallel_size", "sequence_parallel_degree"):
+        if doc.get(key) is not None and t.int_(key, doc[key]) > 1:
+            t.put(key, "context_parallel.size", t.int_(key, doc[key]))
+            t.put(key, "context_parallel.impl", "ring_flash_attn")
+            break
+    _dtype(t, "", doc)
+
+
+_LF_ATTN = {"fa2": "flash_attention_2", "sdpa": "sdpa", "disabled": "eager", "eager": "eager", "auto": None, "fa3": "flash_attention_3"}
+
+
+def _llamafactory(t: _Taker, doc: Mapping[str, Any]) -> None:
+    t.put("LLaMA-Factory", "framework", "llamafactory")
+    if doc.get("flash_attn") is not None:
+        v = str(doc["flash_attn"]).lower()
+        if v not in _LF_ATTN:
+            raise t.bad("flash_attn", doc["flash_attn"], "expected one of " + ", ".join(_LF_ATTN))
+        if _LF_ATTN[v]:
+            t.put(f"flash_attn: {v}", "attn_implementation", _LF_ATTN[v])
+    if doc.get("neat_packing") is not None and t.bool_("neat_packing", doc["neat_packing"]):
+        t.put("neat_packing: true", "packing", "varlen")
+    elif doc.get("packing") is not None and t.bool_("packing", doc["packing"]):
+        t.put("packing: true (sequences attend across boundaries)", "packing", "padding_free")
+    if doc.get("cutoff_len") is not None:
+        t.put("cutoff_len", "seq_len", t.int_("cutoff_len", doc["cutoff_len"]))
+    if doc.get("sequence_parallel_size") is not None and t.int_("sequence_parallel_size", doc["sequence_parallel_size"]) > 1:
+        t.put("sequence_parallel_size", "context_parallel.size", t.int_("sequence_parallel_size", doc["sequence_parallel_size"]))
+        t.put("sequence_parallel_size", "context_parallel.impl", "ulysses")
+    _dtype(t, "", doc)
+
+
+def _accelerate(t: _Taker, doc: Mapping[str, Any]) -> None:
+    t.put("accelerate", "framework", "accelerate")
+    mp = doc.get("mixed_precision")
+    if mp is not None:
+        if str(mp) not in ("no", "fp16", "bf16", "fp8"):
+            raise t.bad("mixed_precision", mp, "expected no, fp16, bf16 or fp8")
+        if mp != "no":
+            t.put(f"mixed_precision: {mp}", "dtype", "bf16" if mp == "fp8" else mp)
+    pc = doc.get("parallelism_config")
+    if isinstance(pc, Mapping) and pc.get("parallelism_config_cp_size") is not None:
+        size = t.int_("parallelism_config_cp_size", pc["parallelism_config_cp_size"])
+        if size > 1:
+            t.put("parallelism_config_cp_size", "context_parallel.size", size)
+            t.put("parallelism_config_cp_size", "context_parallel.impl", "torch_ring")
+
+
+_MEGATRON_CP = {"p2p": "p2p", "a2a": "a2a", "allgather": "all_gather", "all_gather": "all_gather", "a2a+p2p": "a2a+p2p"}
+_ATTN_BACKEND_ENV = {
+    "flash": {"NVTE_FLASH_ATTN": "1", "NVTE_FUSED_ATTN": "0", "NVTE_UNFUSED_ATTN": "0"},
+    "fused": {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "1", "NVTE_UNFUSED_ATTN": "0"},
+    "unfused": {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "0", "NVTE_UNFUSED_ATTN": "1"},
+}
+
+
+def _megatron_values(t: _Taker, get: Callable[[str], Any], framework: str) -> None:
+    t.put(framework, "framework", framework)
+    heads = get("num_attention_heads")
+    if heads is not None:
+        t.put("num_attention_heads", "num_heads", t.int_("num_attention_heads", heads))
+        groups = get("num_query_groups")
+        if groups is not None and (get("group_query_attention") in (True, None) or framework == "nemo"):
+            t.put("num_query_groups", "num_kv_heads", t.int_("num_query_groups", groups))
+        else:
+            t.put("num_attention_heads (no GQA)", "num_kv_heads", t.int_("num_attention_heads", heads))
+    if get("kv_channels") is not None:
+        t.put("kv_channels", "head_dim", t.int_("kv_channels", get("kv_channels")))
+    seq = get("seq_length") if get("seq_length") is not None else get("encoder_seq_length")
+    if seq is not None:
+        t.put("seq_length", "seq_len", t.int_("seq_length", seq))
+    if get("bf16") is True:
+        t.put("bf16", "dtype", "bf16")
+    elif get("fp16") is True:
+        t.put("fp16", "dtype", "fp16")
+    cp = get("context_parallel_size")
+    if cp is not None and t.int_("context_parallel_size", cp) > 1:
+        t.put("context_parallel_size", "context_parallel.size", t.int_("context_parallel_size", cp))
+        t.put("context_parallel_size", "context_parallel.impl", "te")
+        comm = get("cp_comm_type")
+        if comm is not None:
+            if str(comm) not in _MEGATRON_CP:
+                raise t.bad("cp_comm_type", comm, "expected p2p, a2a, allgather or a2a+p2p")
+            t.put("cp_comm_type", "context_parallel.comm_type", _MEGATRON_CP[str(comm)])
+    backend = get("attention_backend")
+    if backend is not None:
+        b = str(backend).split(".")[-1].lower()  # AttnBackend.flash in a NeMo YAML
+        if b in _ATTN_BACKEND_ENV:
+            t.env.update(_ATTN_BACKEND_ENV[b])
+            t.took.append(f"attention_backend: {b} -> " + " ".join(f"{k}={v}" for k, v in _ATTN_BACKEND_ENV[b].items()))
+        elif b not in ("auto", "local"):
+            raise t.bad("attention_backend", backend, "expected flash, fused, unfused, local or auto")
+
+
+def _megatron_args(t: _Taker, text: str) -> None:
+    try:
+        tokens = shlex.split(text.replace("\\\n", " "), comments=True)
+    except ValueError as exc:
+        raise InputError(f"cannot split the arguments: {exc}", path=t.path) from None
+    values: Dict[str, Any] = {}
+    for i, tok in enumerate(tokens):
+        if not tok.startswith("--"):
+            continue
+        name, eq, inline = tok[2:].partition("=")
+        key = name.replace("-", "_")
+        if eq:
+            values[key] = inline
+        elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+            values[key] = tokens[i + 1]
+        else:
+            values[key] = True
+    _megatron_values(t, values.get, "megatron")
+
+
+def _nemo(t: _Taker, doc: Mapping[str, Any]) -> None:
+    model = _section(doc, "model")
+    trainer = _section(doc, "trainer")
+    precision = str(trainer.get("precision", ""))
+
+    def get(key: str) -> Any:
+        if key == "bf16":
+            return precision.startswith("bf16") or None
+        if key == "fp16":
+            return precision.startswith("16") or None
+        return model.get(key)
+
+    _megatron_values(t, get, "nemo")
+
+
+def _deepspeed(t: _Taker, doc: Mapping[str, Any]) -> None:
+    t.put("DeepSpeed", "framework", "deepspeed")
+    for key in ("bf16", "fp16"):
+        sec = doc.get(key)
+        if isinstance(sec, Mapping) and sec.get("enabled") is not None and t.bool_(f"{key}.enabled", sec["enabled"]):
+            t.put(f"{key}.enabled: true", "dtype", key)
+            break
+    sp = doc.get("sequence_parallel_size")
+    if sp is not None and t.int_("sequence_parallel_size", sp) > 1:
+        t.put("sequence_parallel_size", "context_parallel.size", t.int_("sequence_parallel_size", sp))
+        t.put("sequence_parallel_size", "context_parallel.impl", "ulysses")
+
+
+_TITAN_ROTATE = {"allgather": "all_gather", "alltoall": "p2p"}
+_TITAN_MODEL = {"llama3": "llama", "llama4": "llama4", "deepseek_v3": "deepseek_v3", "qwen3": "qwen3"}
+
+
+def _torchtitan(t: _Taker, doc: Mapping[str, Any]) -> None:
+    t.put("torchtitan", "framework", "torchtitan")
+    par = _section(doc, "parallelism")
+    cp = par.get("context_parallel_degree")
+    if cp is not None and t.int_("context_parallel_degree", cp) > 1:
+        t.put("context_parallel_degree", "context_parallel.size", t.int_("context_parallel_degree", cp))
+        t.put("context_parallel_degree", "context_parallel.impl", "torch_ring")
+        rot = par.get("context_parallel_rotate_method")
+        if rot is not None:
+            if str(rot) not in _TITAN_ROTATE:
+                raise t.bad("context_parallel_rotate_method", rot, "expected allgather or alltoall")
+            t.put("context_parallel_rotate_method", "context_parallel.comm_type", _TITAN_ROTATE[str(rot)])
+    training = _section(doc, "training")
+    if training.get("seq_len") is not None:
+        t.put("training.seq_len", "seq_len", t.int_("seq_len", training["seq_len"]))
+    mp = training.get("mixed_precision_param")
+    if mp in ("bfloat16", "float16", "float32"):
+        t.put("training.mixed_precision_param", "dtype", mp)
+    model = _section(doc, "model")
+    name = model.get("name")
+    if isinstance(name, str) and name in _TITAN_MODEL:
+        t.put("model.name", "model_type", _TITAN_MODEL[name])
+
+
+_TE_PAIR = re.compile(r"'([A-Za-z0-9_]+)':\s*('(?:[^'\\]|\\.)*'|\([^()]*\)|\[[^\]]*\]|<[^>]*>|[^,}]+)")
+_TE_MASKS = {"no_mask", "causal", "causal_bottom_right", "padding", "padding_causal", "padding_causal_bottom_right", "arbitrary"}
+
+
+def _te_log(t: _Taker, text: str) -> Tuple[Dict[str, str], Dict[str, Any]]:
+    line = next(ln for ln in text.splitlines() if "Running with config={" in ln)
+    body = line.split("Running with config=", 1)[1]
+    pairs = {k: v.strip() for k, v in _TE_PAIR.findall(body)}
+
+    def s(key: str) -> Optional[str]:
+        v = pairs.get(key)
+        return v.strip("'") if v is not None else None
+
+    packages: Dict[str, str] = {}
+    facts: Dict[str, Any] = {}
+    if s("transformer_engine_version") and is_version(str(s("transformer_engine_version"))):
+        packages["transformer-engine"] = str(s("transformer_engine_version"))
+    fa = s("flash_attn_version")
+    if fa and fa != "not installed" and is_version(fa):
+        packages["flash-attn"] = fa
+    cc = s("compute_capability")
+    if cc and re.fullmatch(r"sm\d{2,3}", cc):
+        sm = int(cc[2:])
+        facts["gpus"] = [{"index": 0, "name": f"GPU from the TE log ({cc})", "compute_capability": f"{sm // 10}.{sm % 10}"}]
+    cudnn = s("cudnn_version")
+    if cudnn and is_version(cudnn):
+        facts["cudnn"] = {"version": cudnn}
+    dtype = s("qkv_dtype") or ""
+    for name, ours in (("bfloat16", "bf16"), ("float16", "fp16"), ("float32", "fp32")):
+        if dtype.endswith("." + name) or dtype == name:
+            t.put("qkv_dtype", "dtype", ours)
+            break
+    layout = s("qkv_layout") or ""
+    fmt = layout.split("_")[0].replace("3", "").replace("2", "")
+    if fmt in ("bshd", "sbhd", "thd"):
+        t.put("qkv_layout", "qkv_format", fmt)
+        t.put("qkv_layout", "qkv_packed", "3" in layout)
+    for src, key in (("batch_size", "batch_size"), ("num_heads", "num_heads"), ("num_gqa_groups", "num_kv_heads"),
+                     ("max_seqlen_q", "seq_len_q"), ("max_seqlen_kv", "seq_len_kv"), ("head_dim_qk", "head_dim_qk"), ("head_dim_v", "head_dim_v")):
+        if s(src) is not None and str(s(src)).isdigit():
+            t.put(src, key, int(str(s(src))))
+    mask = s("attn_mask_type")
+    if mask in _TE_MASKS:
+        t.put("attn_mask_type", "mask", mask)
+    win = re.fullmatch(r"\((-?\d+),\s*(-?\d+)\)", pairs.get("window_size", ""))
+    if win:
+        t.put("window_size", "window_size", [int(win.group(1)), int(win.group(2))])
+    for src, key in (("deterministic", "deterministic"), ("is_training", "training"), ("fp8", "fp8")):
+        if pairs.get(src) in ("True", "False"):
+            t.put(src, key, pairs[src] == "True")
+    drop = pairs.get("attention_dropout")
+    if drop and re.fullmatch(r"\d+(\.\d+)?", drop):
+        t.put("attention_dropout", "dropout", float(drop))
+    if pairs.get("context_parallel") == "True":
+        t.notes.append("the TE log says context parallelism is on but not its size or comm type: pass --cp-size and --cp-comm-type")
+    return packages, facts
+
+
+_REQ = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*===?\s*([0-9][^\s;#]*)")
+
+
+def _requirements(t: _Taker, text: str, toml_doc: Optional[Mapping[str, Any]]) -> Dict[str, str]:
+    packages: Dict[str, str] = {}
+    if toml_doc is not None:  # uv.lock / poetry.lock: [[package]] name = ..., version = ...
+        for pkg in toml_doc.get("package") or []:
+            if isinstance(pkg, Mapping) and isinstance(pkg.get("name"), str) and is_version(str(pkg.get("version", ""))):
+                packages[canonical_name(pkg["name"])] = str(pkg["version"])
+    else:
+        for line in text.splitlines():
+            m = _REQ.match(line)
+            if m and is_version(m.group(2)):
+                packages[canonical_name(m.group(1))] = m.group(2)
+    t.took.append(f"{len(packages)} pinned package(s) as the installed set (other facts unknown)")
+    return packages
+
+
+# --------------------------------------------------------------------------- recognising
+
+
+def _load_structured(path: Path, text: str) -> Tuple[Optional[str], Any]:
+    """('json'|'toml'|'yaml'|None, document)."""
+    suffix = path.suffix.lower()
+    if suffix == ".json" or text.lstrip().startswith("{"):
+        try:
+            return "json", json.loads(text)
+        except json.JSONDecodeError as exc:
+            if suffix == ".json":
+                raise InputError(f"invalid JSON: {exc.msg}", path=str(path), line=exc.lineno) from None
+    if suffix in (".toml", ".lock") or re.search(r"^\s*\[[A-Za-z_.\[\]]+\]\s*$", text, re.M):
+        try:
+            import tomllib  # type: ignore[import-not-found,unused-ignore]
+        except ModuleNotFoundError:  # Python < 3.11
+            import tomli as tomllib  # type: ignore[no-redef,import-not-found,unused-ignore]
+        try:
+            return "toml", tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            if suffix == ".toml":
+                raise InputError(f"invalid TOML: {exc}", path=str(path)) from None
+    if suffix in (".yaml", ".yml") or re.search(r"^[A-Za-z_][\w.-]*\s*:", text, re.M):
+        from doctor.yamlio import load_yaml
+
+        try:
+            return "yaml", load_yaml(text, str(path))
+        except InputError:
+            if suffix in (".yaml", ".yml"):
+                raise
+    return None, None
+
+
+def _lines(doc: Any) -> Mapping[str, int]:
+    return dict(getattr(doc, "key_lines", {}) or {})
+
+
+def read_config(path: Path) -> ConfigRead:
+    """Read one config file of any supported kind (see the module table)."""
+    if path.suffix == ".py":
+        raise InputError("a Python config is never executed", path=str(path), hint="pass the YAML/JSON/TOML it loads, or the arguments it builds")
+    if not path.is_file():
+        raise InputError("config file not found" if not path.exists() else "not a regular file", path=str(path))
+    raw = path.read_bytes()[: MAX_BYTES + 1]
+    if len(raw) > MAX_BYTES:
+        raise InputError(f"config file larger than {MAX_BYTES // 1024 // 1024} MiB", path=str(path))
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise InputError("not UTF-8 text (is this a config file?)", path=str(path)) from None
+    name = str(path)
+    if "Running with config={" in text:
+        t = _Taker(name, {})
+        packages, facts = _te_log(t, text)
+        return ConfigRead("te-log", name, t.workload, packages or None, facts, t.env, tuple(t.took), tuple(t.notes))
+    if re.search(r"(^|\s)--(context-parallel-size|num-attention-heads|tensor-model-parallel-size|seq-length)\b", text):
+        t = _Taker(name, {})
+        _megatron_args(t, text)
+        return ConfigRead("megatron", name, t.workload, None, {}, t.env, tuple(t.took), tuple(t.notes))
+    fmt, doc = _load_structured(path, text)
+    t = _Taker(name, _lines(doc))
+    if fmt == "toml" and isinstance(doc, Mapping) and isinstance(doc.get("package"), list):
+        return ConfigRead("requirements", name, {}, _requirements(t, text, doc), {}, {}, tuple(t.took))
+    if fmt == "toml" and isinstance(doc, Mapping) and any(k in doc for k in ("parallelism", "training", "job")):
+        _torchtitan(t, doc)
+        kind = "torchtitan"
+    elif fmt == "json" and isinstance(doc, Mapping) and ("zero_optimization" in doc or any(k.startswith("train_") and "batch" in k for k in doc)):
+        _deepspeed(t, doc)
+        kind = "deepspeed"
+    elif fmt == "json" and isinstance(doc, Mapping) and ("num_attention_heads" in doc or "model_type" in doc):
+        raise InputError("this is a model config.json", path=name, hint="pass it with --model")
+    elif fmt == "yaml" and isinstance(doc, Mapping) and "base_model" in doc:
+        _axolotl(t, doc)
+        kind = "axolotl"
+    elif fmt == "yaml" and isinstance(doc, Mapping) and "model_name_or_path" in doc and any(k in doc for k in ("stage", "finetuning_type", "template", "flash_attn")):
+        _llamafactory(t, doc)
+        kind = "llamafactory"
+    elif fmt == "yaml" and isinstance(doc, Mapping) and ("compute_environment" in doc or "distributed_type" in doc):
+        _accelerate(t, doc)
+        kind = "accelerate"
+    elif fmt == "yaml" and isinstance(doc, Mapping) and isinstance(doc.get("model"), Mapping) and any(
+        k in doc["model"] for k in ("num_attention_heads", "context_parallel_size", "encoder_seq_length")
+    ):
+        _nemo(t, doc)
+        kind = "nemo"
+    elif fmt is None and any(_REQ.match(line) for line in text.splitlines()):
+        return ConfigRead("requirements", name, {}, _requirements(t, text, None), {}, {}, tuple(t.took))
+    else:
+        raise InputError(
+            "not a config attn-doctor recognises",
+            path=name,
+            hint="supported: axolotl/LLaMA-Factory/accelerate/NeMo YAML, DeepSpeed JSON, torchtitan TOML, Megatron arguments, "
+            "a TransformerEngine NVTE_DEBUG log, pip freeze / requirements / uv.lock / poetry.lock",
+        )
+    return ConfigRead(kind, name, t.workload, None, {}, t.env, tuple(t.took), tuple(t.notes))

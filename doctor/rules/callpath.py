@@ -1,0 +1,172 @@
+"""Who runs attention: the call path from the training framework to the kernel library.
+
+    framework   who dispatches attention (transformers, megatron, torchtitan, xtuner, ...)
+    attention   the framework's own choice (transformers' attn_implementation: sdpa,
+                flash_attention_2, ...), when it has one
+    library     the kernel library that runs: torch-sdpa, flash-attn, flash-attn-3,
+                transformer-engine, flex, eager
+    cp_impl     whose context/sequence parallelism splits the sequence: none, te, torch_ring,
+                ulysses, ring_flash_attn
+    packing     padded (with a mask), varlen (cu_seqlens kernels), padding_free
+
+A field the workload states (`framework:`, `context_parallel.impl`, `packing:`,
+`attn_implementation:`) is taken as given; the others are inferred from what is installed and
+listed in `inferred`, so every output can say which parts are a guess. Rule conditions read
+them as `path.<field>` (e.g. a TransformerEngine context-parallel rule needs `path.cp_impl: te`).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional, Tuple
+
+from doctor.model import CALL_PATH_FIELDS as FIELDS
+from doctor.model import CallPath, Facts, Workload
+
+# Installed distributions that dispatch attention themselves, most specific first: when
+# LLaMA-Factory is installed, its trainer (on top of transformers) is what runs.
+FRAMEWORK_DISTS: Tuple[Tuple[str, str], ...] = (
+    ("llamafactory", "llamafactory"),
+    ("axolotl", "axolotl"),
+    ("xtuner", "xtuner"),
+    ("verl", "verl"),
+    ("ms-swift", "ms-swift"),
+    ("unsloth", "unsloth"),
+    ("torchtitan", "torchtitan"),
+    ("nemo-toolkit", "nemo"),
+    ("megatron-core", "megatron"),
+    ("transformers", "transformers"),
+)
+# Frameworks whose attention is a transformers model's (they pass attn_implementation on).
+HF_BASED = ("transformers", "trl", "peft", "accelerate", "deepspeed", "axolotl", "llamafactory", "xtuner", "verl", "ms-swift", "unsloth", "diffusers")
+# Whose sequence parallelism each framework uses when it shards the sequence.
+CP_BY_FRAMEWORK = {
+    "megatron": "te",
+    "nemo": "te",
+    "torchtitan": "torch_ring",
+    "accelerate": "torch_ring",
+    "deepspeed": "ulysses",
+    "ms-swift": "ulysses",
+    "verl": "ulysses",
+    "xtuner": "ulysses",
+    "llamafactory": "ulysses",
+    "axolotl": "ring_flash_attn",
+}
+LIBRARY_OF_IMPL = {
+    "sdpa": "torch-sdpa",
+    "flash_attention_2": "flash-attn",
+    "flash_attention_3": "flash-attn-3",
+    "flex_attention": "flex",
+    "eager": "eager",
+}
+__all__ = ["FIELDS", "CallPath", "infer"]
+
+
+def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Optional[str]]] = None) -> CallPath:
+    """The call path for these facts and this workload (`selections`: each framework's
+    selected backend, when the engine has decided them)."""
+    packages = facts.packages or {}
+    inferred = []
+    framework = workload.framework
+    if framework is None:
+        framework = next((f for dist, f in FRAMEWORK_DISTS if dist in packages), None)
+        if framework is not None:
+            inferred.append("framework")
+    attention: Optional[str] = None
+    library: Optional[str] = None
+    if framework in HF_BASED:
+        attention = workload.attn_implementation
+        if attention is None:
+            chosen = (selections or {}).get("transformers")
+            attention = chosen.split(".", 1)[1] if chosen else None
+            if attention is not None:
+                inferred.append("attention")
+        library = LIBRARY_OF_IMPL.get(attention or "")
+    elif framework in ("megatron", "nemo"):
+        te = any(d.startswith("transformer-engine") for d in packages)
+        library = "transformer-engine" if te else "torch-sdpa"
+        inferred.append("library")
+    elif framework is None and any(d.startswith("transformer-engine") for d in packages):
+        library = "transformer-engine"  # TE installed and no framework that would call anything else
+        inferred.append("library")
+    elif framework == "torchtitan":
+        library = "flex" if workload.attn_implementation == "flex_attention" else "torch-sdpa"
+        if workload.attn_implementation is None:
+            inferred.append("library")
+    if workload.cp_size <= 1:
+        cp_impl = "none"
+    elif workload.context_parallel.impl is not None:
+        cp_impl = workload.context_parallel.impl
+    else:
+        guess = CP_BY_FRAMEWORK.get(framework or "")
+        if guess is None:
+            guess = "te" if any(d.startswith("transformer-engine") for d in packages) else "torch_ring"
+        cp_impl = guess
+        inferred.append("cp_impl")
+    needs_mask = workload.mask == "arbitrary" or (workload.padding and workload.packing == "padded")
+    return CallPath(
+        needs_mask=needs_mask,
+        gqa_form=_gqa_form(workload, framework, library, needs_mask, packages),
+        model_supports=_model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None,
+        framework=framework,
+        attention=attention,
+        library=library,
+        cp_impl=cp_impl,
+        packing=workload.packing,
+        model_type=workload.model_type,
+        inferred=tuple(inferred),
+    )
+
+
+def _model_supports(transformers: Optional[str], model_type: Optional[str], attention: Optional[str]) -> Optional[bool]:
+    """From rules/releases/transformers-attn-support.json (tools/hf_attn_support.py): the
+    newest release there at or below the installed one. None when any of it is unknown."""
+    if not transformers or not model_type or not attention:
+        return None
+    table = _support_table()
+    from doctor.versions import release
+
+    have = release(transformers)
+    if have is None:
+        return None
+    known = sorted((v for v in table if (release(v) or have) <= have), key=lambda v: release(v) or have)
+    if not known:
+        return None
+    impls = table[known[-1]].get(model_type)
+    return None if impls is None else attention in impls
+
+
+_TABLE: Dict[str, Dict[str, List[str]]] = {}
+
+
+def _support_table() -> Dict[str, Dict[str, List[str]]]:
+    if not _TABLE:
+        import json
+
+        from doctor.resources import rules_dir
+
+        try:
+            doc = json.loads((rules_dir() / "releases" / "transformers-attn-support.json").read_text(encoding="utf-8"))
+            _TABLE.update(doc.get("releases") or {})
+        except (OSError, ValueError):
+            pass
+    return _TABLE
+
+
+def _gqa_form(workload: Workload, framework: Optional[str], library: Optional[str], needs_mask: bool, packages: Mapping[str, str]) -> Optional[str]:
+    """transformers' SDPA path copies kv heads up (repeat_kv) unless it can pass enable_gqa:
+    from 4.54 (integrations/sdpa_attention.py use_gqa_in_sdpa) with torch >= 2.5 and no mask
+    tensor. TE and flash-attn take fewer kv heads natively."""
+    from doctor.versions import version_matches
+
+    if not workload.gqa:
+        return "none"
+    if library in ("transformer-engine", "flash-attn", "flash-attn-3"):
+        return "native"
+    if library == "torch-sdpa" and framework in HF_BASED:
+        tf, torch = packages.get("transformers"), packages.get("torch")
+        if tf is None or torch is None:
+            return None
+        if version_matches(tf, ">=4.54") and version_matches(torch, ">=2.5") and not needs_mask:
+            return "enable_gqa"
+        return "repeat_kv"
+    return None

@@ -1,0 +1,126 @@
+"""`--config FILE`: each kind recognised by content and read into workload keys (or a package
+list), with what was taken said in every output; malformed values are exit 2 naming file and key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+from doctor.cli import main
+from doctor.configs import read_config
+from doctor.errors import InputError
+
+DATA = Path(__file__).with_name("data")
+
+
+@pytest.mark.parametrize(
+    "name,kind,expected",
+    [
+        ("axolotl-qwen2.yaml", "axolotl", {"framework": "axolotl", "attn_implementation": "flash_attention_2", "packing": "varlen", "seq_len": 8192,
+                                            "context_parallel": {"size": 4, "impl": "ring_flash_attn"}}),
+        ("llamafactory-sft.yaml", "llamafactory", {"framework": "llamafactory", "attn_implementation": "flash_attention_2", "packing": "padding_free",
+                                                   "seq_len": 4096, "dtype": "bf16"}),
+        ("accelerate-cp.yaml", "accelerate", {"framework": "accelerate", "dtype": "bf16", "context_parallel": {"size": 2, "impl": "torch_ring"}}),
+        ("ds-ulysses.json", "deepspeed", {"framework": "deepspeed", "dtype": "bf16", "context_parallel": {"size": 4, "impl": "ulysses"}}),
+        ("torchtitan-llama3.toml", "torchtitan", {"framework": "torchtitan", "seq_len": 32768, "dtype": "bfloat16", "model_type": "llama",
+                                                  "context_parallel": {"size": 4, "impl": "torch_ring", "comm_type": "all_gather"}}),
+        ("megatron-args.txt", "megatron", {"framework": "megatron", "num_heads": 32, "num_kv_heads": 8, "head_dim": 128, "seq_len": 8192, "dtype": "bf16",
+                                           "context_parallel": {"size": 2, "impl": "te", "comm_type": "all_gather"}}),
+        ("nemo-gpt.yaml", "nemo", {"framework": "nemo", "num_heads": 16, "num_kv_heads": 16, "head_dim": 128, "seq_len": 4096, "dtype": "bf16",
+                                   "context_parallel": {"size": 2, "impl": "te", "comm_type": "p2p"}}),
+        ("te-debug.log", "te-log", {"qkv_format": "thd", "qkv_packed": False, "num_heads": 32, "num_kv_heads": 8, "seq_len_q": 4096,
+                                    "head_dim_qk": 128, "mask": "padding_causal", "window_size": [-1, 0], "dtype": "bf16", "training": True}),
+    ],
+)
+def test_each_kind_is_recognised_and_read(name: str, kind: str, expected: Dict[str, Any]) -> None:
+    got = read_config(DATA / name)
+    assert got.kind == kind
+    for key, value in expected.items():
+        assert got.workload.get(key) == value, (key, got.workload.get(key))
+    assert got.took and all(" -> " in t or "package" in t for t in got.took)
+
+
+def test_megatron_attention_backend_sets_the_nvte_switches_megatron_sets() -> None:
+    got = read_config(DATA / "megatron-args.txt")
+    assert dict(got.env) == {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "1", "NVTE_UNFUSED_ATTN": "0"}
+
+
+def test_te_log_gives_versions_gpu_and_cudnn() -> None:
+    got = read_config(DATA / "te-debug.log")
+    assert got.packages == {"transformer-engine": "2.3.0", "flash-attn": "2.7.4.post1"}
+    assert got.facts["cudnn"] == {"version": "9.8.0"} and got.facts["gpus"][0]["compute_capability"] == "9.0"
+
+
+@pytest.mark.parametrize("name,packages", [
+    ("requirements-freeze.txt", {"torch": "2.4.1", "transformer-engine": "1.13.0", "flash-attn": "2.6.3", "transformers": "4.44.2", "xtuner": "0.1.23"}),
+    ("uv.lock", {"torch": "2.6.0", "flash-attn": "2.7.4.post1"}),
+])
+def test_package_lists(name: str, packages: Dict[str, str]) -> None:
+    got = read_config(DATA / name)
+    assert got.kind == "requirements" and dict(got.packages or {}) == packages
+
+
+def _check(capsys: pytest.CaptureFixture[str], *args: str) -> Any:
+    with pytest.raises(SystemExit) as exc:
+        main(["check", "--no-kernels", "--format", "json", *args])
+    out = capsys.readouterr()
+    return int(exc.value.code), (json.loads(out.out) if out.out.strip() else None), out.err
+
+
+def test_a_package_list_is_checked_as_a_partial_snapshot(capsys: pytest.CaptureFixture[str]) -> None:
+    """Seed 002's stack from a pip freeze alone: XTuner 0.1.23 + transformers 4.44 is caught."""
+    code, doc, _ = _check(capsys, "--config", str(DATA / "requirements-freeze.txt"), "--attn-implementation", "flash_attention_2")
+    fired = {f["rule_id"] for f in doc["findings"] if f["status"] == "fired"}
+    assert code == 1 and "XTUNER-01-TRANSFORMERS-FA-FORWARD" in fired
+    assert any("pinned package" in n for n in doc["notes"])
+    assert doc["call_path"]["framework"] == "xtuner" and "framework" in doc["call_path"]["inferred"]
+
+
+def test_what_a_config_gave_is_in_every_format(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    args = ["--config", str(DATA / "megatron-args.txt"), "--config", str(DATA / "requirements-freeze.txt")]
+    _, doc, _ = _check(capsys, *args)
+    assert doc["workload"]["context_parallel"] == {"size": 2, "comm_type": "all_gather", "impl": "te"}
+    assert doc["call_path"]["cp_impl"] == "te" and doc["call_path"]["framework"] == "megatron"
+    assert any("--attention-backend" in n or "attention_backend" in n for n in doc["notes"])
+    for fmt in ("text", "markdown"):
+        with pytest.raises(SystemExit):
+            main(["check", "--no-kernels", "--format", fmt, *args])
+        out = capsys.readouterr().out
+        assert "megatron-args.txt (megatron) gave:" in out and "context_parallel_size -> context_parallel.size=2" in out
+
+
+@pytest.mark.parametrize("text,suffix,message", [
+    ("base_model: x\nsequence_len: -4\n", ".yaml", "sequence_len=-4: expected a positive integer"),
+    ("model_name_or_path: x\nstage: sft\nflash_attn: fa9\n", ".yaml", "flash_attn='fa9'"),
+    ('{"zero_optimization": {}, "sequence_parallel_size": "four"}', ".json", "sequence_parallel_size='four'"),
+    ("[parallelism]\ncontext_parallel_degree = 2\ncontext_parallel_rotate_method = 'ring'\n", ".toml", "context_parallel_rotate_method='ring'"),
+    ("--context-parallel-size 2 --cp-comm-type ring\n", ".txt", "cp_comm_type='ring'"),
+    ("hello: world\n", ".yaml", "not a config attn-doctor recognises"),
+    ("import os\n", ".py", "never executed"),
+])
+def test_malformed_configs_are_exit_2_naming_file_and_key(text: str, suffix: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / f"cfg{suffix}"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(InputError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        read_config(path)
+    code, doc, err = _check(capsys, "--config", str(path))
+    assert code == 2 and doc is None and str(path) in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_yaml_error_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "axolotl.yaml"
+    path.write_text("base_model: x\nsequence_len: 4096\nflash_attention: maybe\n", encoding="utf-8")
+    with pytest.raises(InputError) as exc:
+        read_config(path)
+    assert exc.value.line == 3 and "flash_attention" in exc.value.message
+
+
+def test_package_list_and_env_together_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    snap = Path(__file__).resolve().parents[2] / "docs" / "examples" / "seeds" / "002-xtuner-transformers.snapshot.json"
+    code, _, err = _check(capsys, "--env", str(snap), "--config", str(DATA / "requirements-freeze.txt"))
+    assert code == 2 and "cannot be combined with --env" in err
+
+
