@@ -96,6 +96,11 @@ def read_text(
         raise error(f"not UTF-8 text (is this a {what}?)", path=name, line=line, hint=hint) from None
 
 
+def _line(event: Any) -> Optional[int]:
+    mark = getattr(event, "start_mark", None)
+    return None if mark is None else int(mark.line) + 1
+
+
 def _check_yaml_events(text: str) -> None:
     """Walk the YAML event stream (nothing is constructed): depth and alias expansion."""
     import yaml
@@ -110,7 +115,7 @@ def _check_yaml_events(text: str) -> None:
             written += 1
             frames.append([ev.anchor, 1])
             if len(frames) > MAX_DEPTH:
-                raise _Limit(f"nested more than {MAX_DEPTH} levels deep", ev.start_mark.line + 1)
+                raise _Limit(f"nested more than {MAX_DEPTH} levels deep", _line(ev))
             continue
         if isinstance(ev, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
             anchor, n = frames.pop()
@@ -126,7 +131,7 @@ def _check_yaml_events(text: str) -> None:
             expanded += n
             if expanded > MAX_EXPANDED + written:
                 raise _Limit(
-                    f"aliases expand to more than {MAX_EXPANDED} nodes (a YAML alias bomb?)", ev.start_mark.line + 1
+                    f"aliases expand to more than {MAX_EXPANDED} nodes (a YAML alias bomb?)", _line(ev)
                 )
         else:
             continue
@@ -139,8 +144,9 @@ def _check_depth(doc: Any) -> None:
     stack: List[Tuple[Any, int]] = [(doc, 1)]
     while stack:
         node, depth = stack.pop()
+        children: List[Any]
         if isinstance(node, dict):
-            children = node.values()
+            children = list(node.values())
         elif isinstance(node, list):
             children = node
         else:
@@ -175,7 +181,8 @@ def parse_document(
 
         _check_yaml_events(text)
         try:
-            return yaml.load(text, Loader=yaml_loader or getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
+            loader: Any = yaml_loader or getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            return yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader (subclass)
         except RecursionError:
             raise _Limit(f"nested more than {MAX_DEPTH} levels deep") from None
     except _Limit as exc:

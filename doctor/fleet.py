@@ -146,6 +146,7 @@ def check_fleet(inputs: "Inputs", env_files: Sequence[Path]) -> Report:
 
     findings: List[Finding] = []
     for rid, by_host in per_rule.items():
+        evidence: Tuple[str, ...]
         fired = [h for h in labels if h in by_host and by_host[h].status != "not_evaluated"]
         unknown = [h for h in labels if h in by_host and by_host[h].status == "not_evaluated"]
         passed = [h for h in labels if h not in by_host]

@@ -22,7 +22,7 @@ _DEPS = re.compile(r"(?m)^[ \t]*dependencies[ \t]*=[ \t]*\[")
 
 def _toml() -> Any:
     try:
-        import tomllib  # type: ignore[import-not-found]
+        import tomllib
 
         return tomllib
     except ImportError:  # Python < 3.11

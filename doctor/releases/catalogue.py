@@ -13,7 +13,6 @@ fix planner uses. Lookups are cached per process and directory.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path

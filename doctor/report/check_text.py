@@ -104,8 +104,8 @@ def render_check(
 
         pr("")
         pr(f"[bold]Per host[/] (exit code: the worst host, --fail-on {fail_on}{', --strict' if strict else ''})")
-        for line in host_lines(report, fail_on, strict):
-            pr(Padding(Text(line), (0, 0, 0, 2)))
+        for host_line in host_lines(report, fail_on, strict):
+            pr(Padding(Text(host_line), (0, 0, 0, 2)))
     pr("")
     for line in area_lines(report):
         mark = MARKS[line.mark][0 if color else 1]

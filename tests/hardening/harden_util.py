@@ -7,9 +7,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = ROOT / "docs" / "examples" / "seeds"

@@ -47,7 +47,7 @@ def test_a_value_that_is_not_a_version_is_an_input_error_naming_the_key(cli, tmp
         assert code == 2, (command, out[-300:], err)
         line = one_line(err)
         where = f"gpus[0].{key}" if section == "gpus" else f"{section}.{key}"
-        assert f"snap.json:" in line and where in line, line
+        assert "snap.json:" in line and where in line, line
 
 
 @pytest.mark.parametrize(
