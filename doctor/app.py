@@ -337,9 +337,14 @@ def kernels_only(report: Report) -> Report:
 
 def check_fleet(inputs: Inputs, env_files: Sequence[Path]) -> Report:
     """Offline fleet view: every rule on every snapshot, per host (see doctor/fleet.py)."""
-    from doctor.fleet import check_fleet as fleet
+    from doctor.fleet import label_snapshots, merge_fleet
 
-    return fleet(inputs, env_files)
+    docs = label_snapshots([(str(p), probe_snapshot(env_file=Path(p))) for p in env_files])
+    reports = []
+    for label, path, doc in docs:
+        facts = apply_assumed(facts_from_snapshot(doc, source=path), inputs)
+        reports.append((label, path, check(replace(inputs, facts=facts, snapshot=doc))))
+    return merge_fleet(reports, docs)
 
 
 def apply_assumed(facts: Facts, inputs: Inputs) -> Facts:

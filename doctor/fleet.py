@@ -15,13 +15,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from doctor.errors import InputError
 from doctor.model import Finding, HostResult, Report
-
-if TYPE_CHECKING:
-    from doctor.app import Inputs
 
 LEVELS = {"error": 0, "warning": 1, "info": 2}
 FACT_SECTIONS = ("packages", "torch", "cuda", "cudnn", "gpus", "imports", "env")
@@ -90,7 +87,7 @@ def expand_env(paths: Sequence[Path]) -> Tuple[List[Path], List[Tuple[Path, str]
 # --------------------------------------------------------------------------- evaluation
 
 
-def _labelled(docs: Sequence[Tuple[str, Mapping[str, Any]]]) -> List[Tuple[str, str, Mapping[str, Any]]]:
+def label_snapshots(docs: Sequence[Tuple[str, Mapping[str, Any]]]) -> List[Tuple[str, str, Mapping[str, Any]]]:
     """(label, path, doc) in a fixed order, labels unique (a repeated host gets its file name)."""
     raw = [(str(doc.get("host") or Path(path).stem), path, doc) for path, doc in docs]
     raw.sort(key=lambda t: (t[0], t[1]))
@@ -121,16 +118,13 @@ def _hosts_text(hosts: Sequence[str]) -> str:
     return ", ".join(hosts)
 
 
-def check_fleet(inputs: "Inputs", env_files: Sequence[Path]) -> Report:
-    from doctor.app import apply_assumed, check, probe_snapshot
+def merge_fleet(
+    reports: Sequence[Tuple[str, str, Report]], docs: Sequence[Tuple[str, str, Mapping[str, Any]]]
+) -> Report:
+    """One report from each snapshot's own (label, file, report), in label order (see
+    `label_snapshots`): findings merged with where they fired, per-host results kept."""
     from doctor.cluster.hetero import analyze
-    from doctor.snapshot import facts_from_snapshot
 
-    docs = _labelled([(str(p), probe_snapshot(env_file=Path(p))) for p in env_files])
-    reports: List[Tuple[str, str, Report]] = []
-    for label, path, doc in docs:
-        facts = apply_assumed(facts_from_snapshot(doc, source=path), inputs)
-        reports.append((label, path, check(replace(inputs, facts=facts, snapshot=doc))))
     labels = [label for label, _, _ in reports]
     n = len(reports)
 
