@@ -240,6 +240,38 @@ class Workload:
     def padding(self) -> bool:
         return self.mask.startswith("padding")
 
+    @property
+    def q_longer_than_kv(self) -> bool:
+        return self.seq_len_q > self.seq_len_kv
+
+    # Sequence parallelism splits heads (Ulysses all-to-all) and the sequence over cp_size ranks.
+    @property
+    def cp_heads_divisible(self) -> bool:
+        return self.num_heads % self.context_parallel.size == 0
+
+    @property
+    def cp_kv_heads_divisible(self) -> bool:
+        return self.num_kv_heads % self.context_parallel.size == 0
+
+    @property
+    def cp_kv_heads_repeatable(self) -> bool:
+        """kv heads split evenly over the ranks, or each rank can hold whole repeated kv heads."""
+        size = self.context_parallel.size
+        return self.num_kv_heads % size == 0 or size % self.num_kv_heads == 0
+
+    @property
+    def cp_local_heads_divisible(self) -> bool:
+        """After the first all-to-all each rank holds num_heads/cp_size heads; is that count itself
+        divisible by cp_size (DeepSpeed 0.15.4-0.16.1 mistake the second all-to-all for an
+        uneven-heads one when it is not)?"""
+        size = self.context_parallel.size
+        return (self.num_heads // size) % size == 0
+
+    @property
+    def cp_seq_divisible(self) -> bool:
+        size = self.context_parallel.size
+        return self.seq_len_q % size == 0 and self.seq_len_kv % size == 0
+
 
 WORKLOAD_DERIVED = (
     "mla",
@@ -253,6 +285,12 @@ WORKLOAD_DERIVED = (
     "bottom_right",
     "causal",
     "padding",
+    "q_longer_than_kv",
+    "cp_heads_divisible",
+    "cp_kv_heads_divisible",
+    "cp_kv_heads_repeatable",
+    "cp_local_heads_divisible",
+    "cp_seq_divisible",
 )
 
 # --------------------------------------------------------------------------- rule results

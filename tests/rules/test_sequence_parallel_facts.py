@@ -1,0 +1,38 @@
+"""The derived workload facts the sequence-parallel rules read: how heads, kv heads and the
+sequence split over the context/sequence-parallel ranks."""
+
+from __future__ import annotations
+
+from doctor.model import WORKLOAD_DERIVED, ContextParallel, Workload
+
+
+def _wl(heads: int, kv: int, size: int, seq: int = 4096) -> Workload:
+    return Workload(num_heads=heads, num_kv_heads=kv, seq_len_q=seq, seq_len_kv=seq,
+                    context_parallel=ContextParallel(size=size, impl="ulysses"))
+
+
+def test_qwen25_7b_over_8_ranks_cannot_split_its_28_heads() -> None:
+    w = _wl(28, 4, 8)
+    assert not w.cp_heads_divisible
+    assert not w.cp_kv_heads_divisible
+    assert w.cp_kv_heads_repeatable  # 8 ranks, 4 kv heads: each kv head is repeated on two ranks
+
+
+def test_qwen25_14b_over_40_ranks_repeats_kv_heads() -> None:
+    w = _wl(40, 8, 40)
+    assert w.cp_heads_divisible and not w.cp_kv_heads_divisible and w.cp_kv_heads_repeatable
+    assert not _wl(40, 8, 16).cp_heads_divisible
+    assert not _wl(40, 8, 5).cp_kv_heads_repeatable
+
+
+def test_per_rank_heads_and_sequence_split() -> None:
+    assert not _wl(32, 32, 8).cp_local_heads_divisible  # 4 heads per rank, not divisible by 8
+    assert _wl(32, 32, 4).cp_local_heads_divisible  # 8 heads per rank
+    assert not _wl(32, 8, 4, seq=8191).cp_seq_divisible
+    assert _wl(32, 8, 4, seq=8192).cp_seq_divisible
+
+
+def test_the_facts_are_readable_by_rules() -> None:
+    for name in ("cp_heads_divisible", "cp_kv_heads_divisible", "cp_kv_heads_repeatable",
+                 "cp_local_heads_divisible", "cp_seq_divisible"):
+        assert name in WORKLOAD_DERIVED

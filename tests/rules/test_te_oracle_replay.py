@@ -1,0 +1,69 @@
+"""TransformerEngine's own backend selection, recorded by tools/te_oracle.py, replayed offline.
+
+docs/te-oracle/cases-subset.jsonl holds cases drawn from the oracle's matrix (16 per TE
+release, 1.9 to 2.20) with the answer TE's get_attention_backend gave for them: which of
+FlashAttention, FusedAttention and UnfusedDotProductAttention are available and which one
+runs. The doctor's catalogue, evaluated through its own engine, must give the same answer.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SUBSET = REPO / "docs" / "te-oracle" / "cases-subset.jsonl"
+
+
+def _oracle():
+    spec = importlib.util.spec_from_file_location("te_oracle", REPO / "tools" / "te_oracle.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def oracle():
+    return _oracle()
+
+
+@pytest.fixture(scope="module")
+def model(oracle):
+    return oracle.DoctorModel()
+
+
+def _records():
+    return [json.loads(line) for line in SUBSET.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_subset_covers_every_release_and_both_cpp_verdicts():
+    recs = _records()
+    versions = {r["case"]["te_version"] for r in recs}
+    assert len(recs) >= 300
+    assert {"1.9.0.post1", "1.13.0", "2.3.0", "2.18.0", "2.20.2"} <= versions
+    assert {r["case"]["cpp"] for r in recs} == {"supported", "none"}
+    assert {r["te"].get("selected") for r in recs if r["te"]["status"] == "ok"} >= {"te.flash", "te.fused", "te.unfused", None}
+
+
+def test_doctor_agrees_with_recorded_te_choices(oracle, model):
+    wrong = []
+    for rec in _records():
+        diff = oracle.compare(rec["te"], model.answer(rec["case"]))
+        if diff is not None:
+            wrong.append(f"{rec['case']['te_version']} sm{rec['case']['sm']}: {diff}")
+    assert not wrong, f"{len(wrong)} recorded TE choices the doctor now contradicts:\n" + "\n".join(wrong[:20])
+
+
+def test_a_changed_rule_is_caught(oracle, model):
+    """The replay is not vacuous: dropping the rule for NVTE_FUSED_ATTN=0 breaks agreement."""
+    from dataclasses import replace
+
+    broken = oracle.DoctorModel.__new__(oracle.DoctorModel)
+    broken.catalogue = replace(model.catalogue, rules=tuple(r for r in model.catalogue.rules if r.id != "TE-ENV-FUSED-OFF"))
+    recs = [r for r in _records() if r["case"]["env"].get("NVTE_FUSED_ATTN") == "0" and r["case"]["cpp"] == "supported"]
+    assert recs
+    assert any(oracle.compare(r["te"], broken.answer(r["case"])) for r in recs)

@@ -1,0 +1,425 @@
+"""TransformerEngine's own backend selection as the oracle for the doctor's TE model.
+
+For every TE release on PyPI from 1.9 to the newest, this downloads the pure-Python wheel
+(`pip download --no-deps transformer-engine==X`, cached), runs its `get_attention_backend`
+on a CPU (tools/te_runtime.py: the C++ extension, cuDNN, flash-attn and triton stubbed, the
+GPU's compute capability and the cuDNN version faked) over a generated matrix of GPUs, cuDNN
+versions, installed flash-attn / FA3 / FA4 builds, NVTE_* switches and workloads, and
+compares TE's per-backend availability and choice with what the doctor's catalogue says for
+the same inputs (doctor.rules.evaluate.diagnose).
+
+The C++ half of TE's decision (`nvte_get_fused_attn_backend`: which cuDNN sub-backend, if
+any, supports the inputs) does not run on a CPU. It is injected both ways for every case:
+"supported" (F16 arbitrary-seqlen, or FP8 for fp8) and "no backend". The doctor's rules that
+model that C++ function (CPP_RULES) are set aside on the doctor's side, and the "no backend"
+sweep adds one rule that switches FusedAttention off, so each side answers the same question:
+given this C++ verdict, what do TE's Python filters and preference order make of it.
+
+Usage (a Python with torch, numpy, pydantic, einops, pyyaml and packaging; see
+docs/te-oracle/README.md):
+
+    python tools/te_oracle.py --out te-oracle.json
+    python tools/te_oracle.py --out subset.json --versions 2.3.0,2.18.0 --per-version 200
+
+Writes {"cases": N, "agree": M, "by_version": {...}, "disagreements": [...], ...}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+# The newest patch of every minor release from 1.9 on (2.0 was never published to PyPI).
+DEFAULT_VERSIONS = (
+    "1.9.0.post1", "1.10.0", "1.11.0", "1.12.0", "1.13.0", "2.1.0", "2.2.0", "2.3.0", "2.4.0",
+    "2.5.0", "2.6.0.post1", "2.7.0", "2.8.0", "2.9.0", "2.10.0", "2.11.0", "2.12.0", "2.13.0",
+    "2.14.1", "2.15.0", "2.16.1", "2.17.1", "2.18.0", "2.19.0", "2.20.2",
+)  # fmt: skip
+
+# Doctor rules that model the C++ function nvte_get_fused_attn_backend (fused_attn.cpp):
+# on the oracle's side that decision is injected, so these are set aside when comparing.
+CPP_RULES = frozenset(
+    {
+        "TE-FUSED-CUDNN-LT-8-9",
+        "TE-FUSED-ARCH-CUDNN",
+        "TE-FUSED-SM120-CUDNN",
+        "TE-FUSED-HOPPER-HEADDIM",
+        "TE-FUSED-BLACKWELL-HEADDIM",
+        "TE-FUSED-HOPPER-MLA-BPROP-CUDNN",
+        "TE-FUSED-HEADDIM-NOT-MULT8",
+        "TE-FUSED-SEQ-MOD64-CUDNN-LT-9",
+        "TE-FUSED-GQA-CUDNN-LT-8-9-7",
+        "TE-FUSED-MASK-CUDNN",
+        "TE-FUSED-BOTTOM-RIGHT-SHAPE",
+        "TE-FUSED-THD-LAYOUT",
+        "TE-FUSED-CUDNN-9-10-EXCLUDED",
+        "TE-FUSED-CUDNN-9-14-0-SWA",
+        "TE-FUSED-HEADDIM-GT128-PRE-HOPPER",
+        # C++ conditions (cuDNN version, arch, head dims, masks); the Python filters on the same
+        # features are separate rules (TE-FUSED-*-FILTERS)
+        "TE-FUSED-ALIBI",
+        "TE-FUSED-SLIDING-WINDOW",
+        "TE-FUSED-FP8",
+        "TE-FUSED-DETERMINISTIC",
+    }
+)
+
+# Rules that mix Python filters and C++ conditions: kept on the doctor's side (their Python
+# half is what the oracle checks; where their C++ half fires alone, the disagreement is
+# listed in docs/te-oracle/disagreements.md).
+MIXED_RULES: frozenset = frozenset()
+
+BACKENDS = ("te.flash", "te.fused", "te.unfused")
+
+# --------------------------------------------------------------------------- wheels
+
+
+def cache_dir(explicit: Optional[str]) -> Path:
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "attn-doctor" / "te-oracle"
+
+
+def fetch_release(version: str, cache: Path) -> Path:
+    """The extracted wheel of one TE release (downloaded once, then reused)."""
+    root = cache / "extracted" / version
+    if (root / "transformer_engine" / "pytorch").is_dir():
+        return root
+    wheels = cache / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    found = sorted(wheels.glob(f"transformer_engine-{version}-*.whl"))
+    if not found:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"transformer-engine=={version}", "-d", str(wheels)],
+            check=True,
+        )
+        found = sorted(wheels.glob(f"transformer_engine-{version}-*.whl"))
+    if not found:
+        raise SystemExit(f"te_oracle: no wheel for transformer-engine=={version} in {wheels}")
+    tmp = root.with_name(root.name + ".tmp")
+    with zipfile.ZipFile(found[0]) as z:
+        z.extractall(tmp)
+    tmp.rename(root)
+    return root
+
+
+# --------------------------------------------------------------------------- the matrix
+
+SMS = (70, 75, 80, 86, 89, 90, 100, 120)
+CUDNN = ("8.9.2", "8.9.7", "9.1.0", "9.3.0", "9.5.1", "9.8.0", "9.10.2", "9.13.0", "9.18.1", "9.20.0")
+FLASH_SETS: Tuple[Dict[str, str], ...] = (
+    {},
+    {"flash-attn": "2.3.6"},
+    {"flash-attn": "2.5.8"},
+    {"flash-attn": "2.6.3"},
+    {"flash-attn": "2.7.4.post1"},
+    {"flash-attn": "2.8.1"},
+    {"flash-attn": "2.8.3"},
+    {"flash-attn": "2.8.3+cu12torch2.8cxx11abifalse"},
+    {"flash-attn-3": "3.0.0b1"},
+    {"flashattn-hopper": "3.0.0b1"},
+    {"flash-attn": "2.7.4.post1", "flash-attn-3": "3.0.0b1"},
+    {"flash-attn": "2.6.3", "flashattn-hopper": "3.0.0b1"},
+    {"flash-attn-4": "4.0.0b11"},
+    {"flash-attn": "2.8.3", "flash-attn-4": "4.0.0b11"},
+    {"flash-attn": "2.6.3", "flash-attn-4": "4.0.0b11"},
+)
+ENVS: Tuple[Dict[str, str], ...] = (
+    {},
+    {},
+    {},
+    {"NVTE_FLASH_ATTN": "0"},
+    {"NVTE_FUSED_ATTN": "0"},
+    {"NVTE_UNFUSED_ATTN": "0"},
+    {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "0"},
+    {"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0"},
+    {"NVTE_FLASH_ATTN_V2": "0"},
+    {"NVTE_FLASH_ATTN_V3": "0"},
+    {"NVTE_FLASH_ATTN_V4": "0"},
+)
+HEAD_DIMS = ((128, 128), (64, 64), (96, 96), (256, 256), (192, 128), (80, 80), (100, 100), (128, 64), (512, 512))
+HEADS = ((32, 32), (32, 8), (32, 1), (16, 4), (12, 3))
+SEQS = ((4096, 4096), (2048, 2048), (1000, 1000), (512, 512), (2048, 4096), (4096, 2048))
+MASKS = ("no_mask", "causal", "causal_bottom_right", "padding", "padding_causal", "padding_causal_bottom_right", "arbitrary")
+WINDOWS = (None, None, None, (4095, 0), (128, 128), (-1, -1), (-1, 0))
+CPS = ((1, "p2p"), (1, "p2p"), (1, "p2p"), (2, "p2p"), (2, "a2a"), (2, "all_gather"), (4, "a2a+p2p"))
+
+
+def _pick(rng: random.Random, seq: Sequence[Any]) -> Any:
+    return seq[rng.randrange(len(seq))]
+
+
+def generate(version: str, n: int, seed: int) -> List[Dict[str, Any]]:
+    """`n` workload/platform draws for one TE release, each swept over both C++ verdicts."""
+    rng = random.Random(f"{seed}:{version}")
+    out: List[Dict[str, Any]] = []
+    major = int(version.split(".")[0])
+    minor = int(version.split(".")[1])
+    while len(out) < 2 * n:
+        flash = dict(_pick(rng, FLASH_SETS))
+        if "flash-attn-4" in flash:
+            flash["nvidia-cutlass-dsl"] = "4.6.2"  # FA4's own dependency; TE >= 2.19 checks it
+        if (major, minor) <= (1, 11) and "flash-attn" not in flash:
+            continue  # TE <= 1.11 does not import without flash-attn: nothing to compare
+        fmt = _pick(rng, ("bshd", "bshd", "sbhd", "thd"))
+        mask = _pick(rng, MASKS)
+        if fmt == "thd" and "padding" not in mask:
+            mask = _pick(rng, ("padding", "padding_causal", "padding_causal_bottom_right"))
+        dq, dv = _pick(rng, HEAD_DIMS)
+        h, hkv = _pick(rng, HEADS)
+        sq, skv = _pick(rng, SEQS)
+        cp_size, cp_comm = _pick(rng, CPS)
+        dtype = _pick(rng, ("bf16", "bf16", "fp16", "fp32", "fp8"))
+        base = {
+            "te_version": version,
+            "sm": _pick(rng, SMS),
+            "cudnn": _pick(rng, CUDNN),
+            "packages": flash,
+            "env": dict(_pick(rng, ENVS)),
+            "dtype": dtype,
+            "head_dim_qk": dq,
+            "head_dim_v": dv,
+            "num_heads": h,
+            "num_kv_heads": hkv,
+            "seq_len_q": sq,
+            "seq_len_kv": skv,
+            "mask": mask,
+            "window_size": _pick(rng, WINDOWS),
+            "alibi": rng.random() < 0.1,
+            "dropout": 0.1 if rng.random() < 0.2 else 0.0,
+            "qkv_format": fmt,
+            "training": rng.random() < 0.75,
+            "deterministic": rng.random() < 0.15,
+            "cp_size": cp_size,
+            "cp_comm_type": cp_comm,
+        }
+        base["cudnn_int"] = cudnn_int(base["cudnn"])
+        for verdict in ("supported", "none"):
+            case = dict(base)
+            case["cpp"] = verdict
+            case["fused_cpp"] = "none" if verdict == "none" else ("fp8" if dtype == "fp8" else "arbitrary")
+            out.append(case)
+    return out
+
+
+def cudnn_int(text: str) -> int:
+    major, minor, patch = (int(x) for x in text.split("."))
+    return major * 1000 + minor * 100 + patch if major < 9 else major * 10000 + minor * 100 + patch
+
+
+# --------------------------------------------------------------------------- TE's answers
+
+
+def run_te(version: str, root: Path, cases: List[Dict[str, Any]], python: str) -> List[Dict[str, Any]]:
+    """Feed the cases to one worker process that has this release loaded."""
+    order = sorted(range(len(cases)), key=lambda i: (cases[i]["sm"], json.dumps(cases[i]["packages"], sort_keys=True)))
+    payload = "".join(json.dumps(cases[i]) + "\n" for i in order)
+    proc = subprocess.run(
+        [python, str(REPO / "tools" / "te_runtime.py"), str(root), version],
+        input=payload,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = proc.stdout.splitlines()
+    if proc.returncode != 0 or len(lines) != len(cases):
+        tail = proc.stderr.strip().splitlines()[-5:]
+        raise SystemExit(f"te_oracle: TE {version} worker failed ({proc.returncode}): " + " | ".join(tail))
+    results: List[Dict[str, Any]] = [{}] * len(cases)
+    for i, line in zip(order, lines):
+        results[i] = json.loads(line)
+    return results
+
+
+# --------------------------------------------------------------------------- the doctor's answers
+
+
+class DoctorModel:
+    def __init__(self) -> None:
+        from doctor.rules.loader import Rule, load_catalogue
+
+        cat = load_catalogue(use_cache=False)
+        te_rules = [r for r in cat.rules if r.disables and r.disables.startswith("te.")]
+        unknown = [r.id for r in te_rules if r.disables == "te.fused" and r.id not in CPP_RULES | MIXED_RULES and not _python_rule(r)]
+        if unknown:
+            raise SystemExit(f"te_oracle: classify these te.fused rules (C++ or Python): {unknown}")
+        frameworks = tuple(f for f in cat.frameworks if f.id == "transformer-engine")
+        python_side = [r for r in te_rules if r.id not in CPP_RULES]
+        injected = Rule(
+            id="ORACLE-CPP-NO-BACKEND",
+            title="injected",
+            message="the injected C++ decision: cuDNN has no fused sub-backend for these inputs",
+            when={"env": "ORACLE_FUSED_CPP", "eq": "none"},
+            sources=(),
+            tests={},
+            path="tools/te_oracle.py",
+            line=0,
+            disables="te.fused",
+        )
+        self.catalogue = replace(cat, frameworks=frameworks, rules=tuple(python_side) + (injected,))
+
+    def answer(self, case: Dict[str, Any]) -> Dict[str, Any]:
+        from doctor.rules.cases import case_inputs
+        from doctor.rules.evaluate import diagnose
+
+        facts, workload = case_inputs(doctor_case(case))
+        d = diagnose(self.catalogue, facts, workload)
+        avail = {b.id: b.available for b in d.backends}
+        rules = {b.id: list(b.rule_ids) for b in d.backends}
+        return {"available": avail, "selected": dict(d.selections).get("transformer-engine"), "rules": rules}
+
+
+def _python_rule(rule: Any) -> bool:
+    return not any("fused_attn.cpp" in s for s in rule.sources)
+
+
+def doctor_case(case: Dict[str, Any]) -> Dict[str, Any]:
+    """The oracle case as a doctor rule-test case (a partial snapshot plus a workload)."""
+    env = dict(case["env"])
+    env["ORACLE_FUSED_CPP"] = "none" if case["cpp"] == "none" else "supported"
+    wl: Dict[str, Any] = {
+        k: case[k]
+        for k in (
+            "dtype", "head_dim_qk", "head_dim_v", "num_heads", "num_kv_heads", "seq_len_q", "seq_len_kv",
+            "mask", "alibi", "dropout", "qkv_format", "training", "deterministic",
+        )
+    }  # fmt: skip
+    if case["window_size"] is not None:
+        wl["window_size"] = list(case["window_size"])
+    wl["context_parallel"] = {"size": case["cp_size"], "comm_type": case["cp_comm_type"]}
+    sm = case["sm"]
+    return {
+        "packages": {"transformer-engine": case["te_version"], **case["packages"]},
+        "env": env,
+        "gpu": f"{sm // 10}.{sm % 10}",
+        "cudnn": {"version": case["cudnn"]},
+        "workload": wl,
+    }
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def compare(te: Dict[str, Any], doc: Dict[str, Any]) -> Optional[str]:
+    """None when they agree, else what differs."""
+    if te["status"] == "construct_error":
+        # TE 1.9-1.11 assert when DotProductAttention builds FlashAttention: the doctor must
+        # at least say FlashAttention cannot be used.
+        return None if doc["available"].get("te.flash") is False else "TE raises at construction; doctor has te.flash usable"
+    if te["status"] != "ok":
+        return f"TE {te['status']}: {te.get('error')}"
+    diffs = [f"{b}: TE {te['available'][b]} doctor {doc['available'].get(b)}" for b in BACKENDS if te["available"][b] != doc["available"].get(b)]
+    if te["selected"] != doc["selected"]:
+        diffs.append(f"selected: TE {te['selected']} doctor {doc['selected']}")
+    return "; ".join(diffs) or None
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="where to write the JSON result")
+    ap.add_argument("--versions", help="comma-separated TE releases (default: 1.9 .. 2.20, newest patch each)")
+    ap.add_argument("--per-version", type=int, default=220, help="draws per release; each runs twice (C++ verdict both ways)")
+    ap.add_argument("--seed", type=int, default=20261122)
+    ap.add_argument("--cache", help="wheel cache (default: $XDG_CACHE_HOME/attn-doctor/te-oracle)")
+    ap.add_argument("--python", default=sys.executable, help="interpreter for the TE workers (needs torch, numpy, pydantic)")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--max-disagreements", type=int, default=400, help="how many disagreements to list in full")
+    ap.add_argument("--cases-out", help="also write every case with both answers (JSON lines)")
+    ap.add_argument("--replay", help="take the cases and TE's answers from a --cases-out file instead of running TE")
+    args = ap.parse_args(argv)
+
+    if args.replay:
+        cases, te_answers = load_cases(Path(args.replay))
+        versions = list(cases)
+    else:
+        versions = args.versions.split(",") if args.versions else list(DEFAULT_VERSIONS)
+        cache = cache_dir(args.cache)
+        roots = {v: fetch_release(v, cache) for v in versions}
+        cases = {v: generate(v, args.per_version, args.seed) for v in versions}
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            futures = {v: pool.submit(run_te, v, roots[v], cases[v], args.python) for v in versions}
+            te_answers = {v: f.result() for v, f in futures.items()}
+
+    model = DoctorModel()
+    total = agree = 0
+    by_version: Dict[str, Dict[str, Any]] = {}
+    disagreements: List[Dict[str, Any]] = []
+    kinds: Dict[str, int] = {}
+    skipped: Dict[str, int] = {}
+    dump = open(args.cases_out, "w", encoding="utf-8") if args.cases_out else None
+    for v in versions:
+        n = a = 0
+        for case, te in zip(cases[v], te_answers[v]):
+            if te["status"] == "not_applicable":
+                skipped[te["error"]] = skipped.get(te["error"], 0) + 1
+                continue
+            doc = model.answer(case)
+            diff = compare(te, doc)
+            n += 1
+            if diff is None:
+                a += 1
+            else:
+                key = diff_kind(diff)
+                kinds[key] = kinds.get(key, 0) + 1
+                if len(disagreements) < args.max_disagreements:
+                    disagreements.append({"case": _short(case), "te": te, "doctor": doc, "diff": diff})
+            if dump:
+                dump.write(json.dumps({"case": case, "te": te, "agree": diff is None}) + "\n")
+        by_version[v] = {"cases": n, "agree": a, "agreement": round(a / n, 4) if n else None}
+        total += n
+        agree += a
+    if dump:
+        dump.close()
+    result = {
+        "cases": total,
+        "agree": agree,
+        "agreement": round(agree / total, 4) if total else None,
+        "by_version": by_version,
+        "disagreement_kinds": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
+        "skipped": skipped,
+        "settings": {"per_version": args.per_version, "seed": args.seed, "versions": versions},
+        "disagreements": disagreements,
+    }
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(f"te_oracle: {agree}/{total} agree ({100.0 * agree / max(total, 1):.2f}%); written to {args.out}")
+    return 0
+
+
+def load_cases(path: Path) -> Tuple[Dict[str, List[Dict[str, Any]]], Dict[str, List[Dict[str, Any]]]]:
+    """A --cases-out file: per TE release, the cases and TE's recorded answers."""
+    cases: Dict[str, List[Dict[str, Any]]] = {}
+    answers: Dict[str, List[Dict[str, Any]]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        v = rec["case"]["te_version"]
+        cases.setdefault(v, []).append(rec["case"])
+        answers.setdefault(v, []).append(rec["te"])
+    return cases, answers
+
+
+def diff_kind(diff: str) -> str:
+    return re.sub(r"\d+", "#", diff)[:160]
+
+
+def _short(case: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in case.items() if k not in ("cudnn_int", "fused_cpp")}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
