@@ -236,14 +236,15 @@ def check(
     if diagnosis is None:
         diagnosis = diagnose(inputs.catalogue, inputs.facts, inputs.workload)
     findings = verified_fixes(inputs.catalogue, inputs.facts, inputs.workload, diagnosis)
+    contract, contract_results = _contract_findings(inputs.facts)
     report = Report(
         facts=inputs.facts,
         workload=inputs.workload,
         backends=diagnosis.backends,
-        findings=findings,
+        findings=contract + findings,
         kernels_skipped=kernels_skipped,
         assumed=tuple(str(p) for p in inputs.pins) + tuple(f"{k}={v}" if v is not None else f"unset {k}" for k, v in inputs.env_changes),
-        rule_results=tuple((r.rule_id, r.status) for r in diagnosis.results),
+        rule_results=tuple((r.rule_id, r.status) for r in diagnosis.results) + contract_results,
         call_path=diagnosis.path,
         notes=inputs.notes,
     )
@@ -254,6 +255,19 @@ def check(
     return report
 
 
+def _contract_findings(facts: Facts) -> Tuple[Tuple[Finding, ...], Tuple[Tuple[str, str], ...]]:
+    """The CONTRACT-* findings from the snapshot's contract analysis (none when it has none)."""
+    if not facts.contracts or not facts.contracts.get("pairs"):
+        return (), ()
+    import os
+
+    from doctor.probe.contract_specs import load_specs
+    from doctor.probe.sources import default_cache_dir
+    from doctor.rules.contract_findings import contract_findings
+
+    return contract_findings(facts, load_specs(cache_dir=default_cache_dir(os.environ)))
+
+
 def with_planned_fixes(report: Report, inputs: Inputs, diagnosis: "Diagnosis", releases: Optional[Path] = None) -> Report:
     """Lead each fired error or warning with the change `attn-doctor fix` plans for it, so the
     two commands recommend the same thing (the planner prefers a prebuilt wheel, a real
@@ -262,7 +276,9 @@ def with_planned_fixes(report: Report, inputs: Inputs, diagnosis: "Diagnosis", r
     from doctor.fix.recheck import recheck
     from doctor.releases.catalogue import load_release_catalogue
 
-    if not any(f.status == "fired" and f.severity in TARGET_SEVERITIES and f.fixes for f in report.findings):
+    # CONTRACT-* findings come from the code, not the catalogue the planner searches over
+    if not any(f.status == "fired" and f.severity in TARGET_SEVERITIES and f.fixes and not f.rule_id.startswith("CONTRACT-")
+               for f in report.findings):
         return report
     plan = plan_fixes(load_release_catalogue(releases), inputs.catalogue, inputs.facts, inputs.workload, diagnosis)
     findings: List[Finding] = []

@@ -103,6 +103,7 @@ class Facts:
     host: Optional[str] = None
     unknown: Mapping[str, str] = field(default_factory=dict)  # fact path -> why it could not be probed
     source: str = "probe"  # "probe" or the snapshot file it came from
+    contracts: Optional[Mapping[str, Any]] = None  # the static contract analysis (doctor.probe.contracts)
 
 
 

@@ -49,7 +49,7 @@ TOP_TEXT = ("host", "doctor_version", "created")
 TOP_MAPS = ("packages", "env", "unknown", "provenance")
 SECTIONS = (
     "schema_version", "doctor_version", "created", "host", "python", "platform", "packages",
-    "torch", "cuda", "cudnn", "gpus", "imports", "env", "unknown", "provenance",
+    "torch", "cuda", "cudnn", "gpus", "imports", "env", "contracts", "unknown", "provenance",
 )
 _CC = re.compile(r"^\d+\.\d+$")
 
@@ -263,11 +263,11 @@ def _check_versions(ck: _Checker, out: Mapping[str, Any]) -> None:
     for name, version in (out.get("packages") or {}).items():
         _check_version(ck, version, ["packages", name], "installed version")
     for section, keys in VERSION_FIELDS.items():
-        fields = out.get(section)
-        if isinstance(fields, Mapping):
+        values = out.get(section)
+        if isinstance(values, Mapping):
             for key in keys:
-                if isinstance(fields.get(key), str):
-                    _check_version(ck, fields[key], [section, key], "version")
+                if isinstance(values.get(key), str):
+                    _check_version(ck, values[key], [section, key], "version")
     cuda = out.get("cuda")
     if isinstance(cuda, Mapping):
         for name, version in (cuda.get("runtime_wheels") or {}).items():
@@ -282,6 +282,32 @@ def _check_versions(ck: _Checker, out: Mapping[str, Any]) -> None:
         mem = gpu.get("memory_mib")
         if isinstance(mem, int) and mem < 0:
             raise ck.fail(["gpus", i, "memory_mib"], f"memory must be >= 0 MiB, got {mem}")
+
+
+CONTRACT_VERDICTS = ("binds", "breaks", "undecided")
+CONTRACT_PAIR_TEXT = ("id", "caller", "caller_version", "callee", "callee_version")
+CONTRACT_SITE_TEXT = ("pair", "kind", "site", "symbol", "reason")
+
+
+def _check_contracts(ck: _Checker, value: Any) -> Optional[Dict[str, Any]]:
+    """The contract analysis: {pairs: [{id, caller, ...}], sites: [{pair, site, verdict, ...}]}."""
+    section = ck.mapping(value, ["contracts"])
+    if section is None:
+        return None
+    for key, names in (("pairs", CONTRACT_PAIR_TEXT), ("sites", CONTRACT_SITE_TEXT)):
+        rows = ck.seq(section.get(key), ["contracts", key]) or []
+        for i, row in enumerate(rows):
+            where: List[Key] = ["contracts", key, i]
+            m = ck.mapping(row, where, optional=False) or {}
+            for f in names:
+                if m.get(f) is None:
+                    raise ck.fail(where, f"a contract {key[:-1]} needs {f!r}", hint=RECREATE)
+                m[f] = ck.text(m[f], [*where, f], optional=False)
+            if key == "sites" and m.get("verdict") not in CONTRACT_VERDICTS:
+                raise ck.fail([*where, "verdict"], f"verdict must be one of {', '.join(CONTRACT_VERDICTS)}, got {m.get('verdict')!r}")
+            rows[i] = m
+        section[key] = rows
+    return section
 
 
 def validate_snapshot(doc: Any, path: Union[str, Path] = "<snapshot>", text: Optional[str] = None) -> Dict[str, Any]:
@@ -342,6 +368,8 @@ def validate_snapshot(doc: Any, path: Union[str, Path] = "<snapshot>", text: Opt
         out["gpus"] = _check_gpus(ck, out["gpus"])
     if "imports" in out:
         out["imports"] = _check_imports(ck, out["imports"])
+    if "contracts" in out:
+        out["contracts"] = _check_contracts(ck, out["contracts"])
     _check_versions(ck, out)
     return out
 
@@ -463,6 +491,7 @@ def facts_from_snapshot(doc: Mapping[str, Any], source: str = "probe") -> Facts:
         host=doc.get("host"),
         unknown=MappingProxyType(unknown),
         source=source,
+        contracts=frozen_map(doc["contracts"]) if isinstance(doc.get("contracts"), Mapping) else None,
     )
 
 

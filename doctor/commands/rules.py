@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import typer
 
@@ -75,9 +75,52 @@ def show_rule(
         out.append("kernel cases: " + ", ".join(r.kernels))
     out.append("sources:")
     out.extend(f"  {s}" for s in r.sources)
+    out.extend(_confidence_lines(r))
     out.append(f"tests: {len(r.tests['fires'])} firing case(s), {len(r.tests['passes'])} passing case(s)")
     emit("\n".join(out))
     return 0
+
+
+def _confidence_lines(r: Any) -> List[str]:
+    """How the rule's version ranges stand against released artifacts (rules/evidence.lock.json)."""
+    from doctor.rules.evidence import load_lock, standing, version_bounded
+
+    st = standing(r, load_lock(), version_bounded(r.when))
+    if st.level is None:
+        return []
+    what = {
+        "derived": "derived from released artifacts",
+        "inferred": "inferred (not derived from released artifacts)",
+        "differs": "CONTRADICTED by released artifacts",
+        "stale": "evidence not evaluated yet",
+        "unverified": "unverified (no evidence on released artifacts)",
+    }[st.level]
+    out = [f"version ranges: {what}"]
+    if r.confidence_note:
+        out.append("  why: " + " ".join(r.confidence_note.split()))
+    out.extend(f"  {line}" for line in st.lines)
+    return out
+
+
+def _evidence_levels(paths: List[Path]) -> Dict[str, List[str]]:
+    """Rule ids by how their version ranges stand against rules/evidence.lock.json."""
+    from doctor.resources import rules_dir
+    from doctor.rules.evidence import load_lock, standing, version_bounded
+    from doctor.rules.loader import load_catalogue
+
+    builtin = rules_dir().resolve()
+    extra = [p for p in paths if builtin not in (Path(p).resolve(), *Path(p).resolve().parents)]
+    own = [Path(p).resolve() for p in paths]
+    lock = load_lock()
+    levels: Dict[str, List[str]] = {}
+    for r in load_catalogue(extra, builtin=True).rules:
+        where = Path(r.path).resolve()
+        if own and not any(where == p or p in where.parents for p in own):
+            continue
+        st = standing(r, lock, version_bounded(r.when))
+        if st.level:
+            levels.setdefault(st.level, []).append(r.id)
+    return levels
 
 
 @rules_app.command("lint")
@@ -88,7 +131,16 @@ def lint_rules(
     from doctor import app as core
 
     failures, checked = core.lint_rules(list(paths or []))
+    levels = _evidence_levels(list(paths or []))
     for f in failures:
         emit(f.describe())
+    for r_id in levels.get("differs", []):
+        emit(f"rule {r_id}: its version range is contradicted by released artifacts (see `attn-doctor rules show {r_id}`)")
+    if levels:
+        emit(
+            "version ranges: "
+            + ", ".join(f"{len(levels.get(k, []))} {k}" for k in ("derived", "inferred", "unverified", "stale", "differs") if levels.get(k))
+            + " (attn-doctor rules show ID says why)"
+        )
     emit(f"{checked} rule test cases, {len(failures)} failed")
-    return int(ExitCode.FINDINGS if failures else ExitCode.OK)
+    return int(ExitCode.FINDINGS if failures or levels.get("differs") else ExitCode.OK)

@@ -204,6 +204,23 @@ def _gpu_section(gp: gpus.GpuProbe, notes: _Notes) -> Tuple[Optional[List[Dict[s
     return rows, cuda
 
 
+def _contracts(scan: packages.PackageScan, src: Sources) -> Dict[str, Any]:
+    """The contract analysis (doctor.probe.contracts); the ast work only runs for installed pairs."""
+    from doctor.probe.contract_cache import cached_pairs, cached_result, result_key
+    from doctor.resources import rules_dir
+
+    rows, _ = cached_pairs(rules_dir() / "contracts", src.cache_dir)
+    if rows is not None:  # the usual run: validated pairs and the last result from the cache
+        key = result_key(scan, rows)
+        hit = cached_result(src.cache_dir, key) if key is not None else None
+        if key is None or hit is not None:  # no pair installed, or nothing changed since
+            return {"analyser": __version__, "pairs": [], "sites": [], **(hit or {}), "parsed_files": 0}
+    from doctor.probe.contract_specs import load_specs
+    from doctor.probe.contracts import analyse  # ast and the guard evaluator: only when needed
+
+    return analyse(scan, load_specs(cache_dir=src.cache_dir), src.cache_dir)
+
+
 def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[str, Any]:
     """The snapshot document for this machine (see docs/snapshot.md). Never raises.
 
@@ -264,6 +281,12 @@ def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[s
         "mismatch": cd.mismatch,
     }
     imports = _imports(result, scan, why_not, notes)
+    contracts = notes.guard("contracts", lambda: _contracts(scan, src), None)
+    if contracts is not None:
+        notes.provenance["contracts"] = (
+            f"static analysis of the installed sources ({contracts.pop('parsed_files')} file(s) parsed, "
+            f"the rest from the cache)"
+        )
     env = envvars.relevant(src.environ)
     notes.provenance["env"] = "process environment (secret-like values redacted)"
     if result is not None:
@@ -292,6 +315,7 @@ def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[s
         "gpus": gpu_rows,
         "imports": imports,
         "env": env,
+        "contracts": contracts,
         "unknown": dict(sorted(notes.unknown.items())),
         "provenance": dict(sorted(notes.provenance.items())),
     }

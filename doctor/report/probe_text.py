@@ -225,6 +225,31 @@ def _frameworks_part(doc: Mapping[str, Any]) -> List[Any]:
     return out
 
 
+def _contracts_part(doc: Mapping[str, Any]) -> List[Any]:
+    """One line per analysed caller/callee pair; breaking sites listed (docs/contracts.md)."""
+    section = doc.get("contracts")
+    if not isinstance(section, Mapping) or not section.get("pairs"):
+        return []
+    out: List[Any] = [_section("Contracts (calls into other packages, read from the installed code)")]
+    sites = section.get("sites") or []
+    for p in section["pairs"]:
+        head = f"{p['caller']} {p['caller_version']} -> {p['callee']} {p['callee_version']}: {p['sites']} site(s)"
+        counts = [f"{p['breaks']} break" if p.get("breaks") else "",
+                  f"{p['conditional']} break on some paths" if p.get("conditional") else "",
+                  f"{p['undecided'] - (p.get('conditional') or 0)} undecided (see --format json)"
+                  if (p.get("undecided") or 0) > (p.get("conditional") or 0) else ""]
+        text = ", ".join(c for c in counts if c) or "all bind"
+        style = "red" if p.get("breaks") else ("yellow" if p.get("undecided") else "green")
+        out.append(_line(f"{head}, {text}" if text != "all bind" else f"{head}, all bind", style))
+        grouped: Dict[Tuple[str, str], List[str]] = {}
+        for row in sites:
+            if row.get("pair") == p["id"] and (row.get("verdict") == "breaks" or row.get("conditional")):
+                grouped.setdefault((row["symbol"], row["reason"]), []).append(row["site"])
+        for (symbol, reason), where in grouped.items():
+            out.append(_line(f"  {symbol}: {reason} (at {', '.join(where)})", style))
+    return out
+
+
 def _env_part(doc: Mapping[str, Any]) -> List[Any]:
     env = doc.get("env")
     out: List[Any] = [_section("Environment switches")]
@@ -280,7 +305,7 @@ def render_probe(doc: Mapping[str, Any], *, color: bool = False, width: int = 10
         emoji=False,
     )
     parts: List[Any] = [_header(doc)]
-    for section in (_gpu_part, _cuda_part, _attention_part, _frameworks_part, _env_part, _unknown_part):
+    for section in (_gpu_part, _cuda_part, _attention_part, _frameworks_part, _contracts_part, _env_part, _unknown_part):
         parts.extend(section(doc))
     for part in parts:
         console.print(part)

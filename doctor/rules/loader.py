@@ -70,6 +70,9 @@ class Rule:
     fixes: Tuple[Fix, ...] = ()
     kernels: Tuple[str, ...] = ()
     silent_wrong_results: bool = False
+    evidence: Tuple[Mapping[str, Any], ...] = ()  # assertions on released artifacts (tools/evidence.py)
+    confidence: Optional[str] = None  # "inferred": the range is not derived from released artifacts
+    confidence_note: Optional[str] = None
 
     @property
     def kind(self) -> str:
@@ -151,7 +154,7 @@ def _fail(path: Path, doc: Any, where: Sequence[Any], msg: str, hint: Optional[s
 
 def _check_semantics(path: Path, doc: Mapping[str, Any]) -> None:
     from doctor.rules.conditions import is_known_fact_path
-    from doctor.versions import validate_spec
+    from doctor.versions import canonical_name as normalize_dist, validate_spec
 
     def walk(cond: Any, where: List[Any], finding: bool = False) -> None:
         if not isinstance(cond, dict):
@@ -181,9 +184,33 @@ def _check_semantics(path: Path, doc: Mapping[str, Any]) -> None:
             except re.error as exc:
                 raise _fail(path, doc, where, f"bad regular expression: {exc}") from None
 
+    def check_evidence(rule: Mapping[str, Any], i: int) -> None:
+        leaves = {(normalize_dist(p), v) for p, v in _version_leaves(rule.get("when"))}
+        for j, ev in enumerate(rule.get("evidence", ()) or ()):
+            where = ["rules", i, "evidence", j]
+            for key in ("range", "scan"):
+                if key in ev and validate_spec(ev[key]):
+                    raise _fail(path, doc, where, f"bad version specifier {ev[key]!r} in evidence", hint="use PEP 440, e.g. '>=2.6,<2.7'")
+            if not ev.get("within") and (normalize_dist(ev["package"]), ev["range"]) not in leaves:
+                raise _fail(
+                    path, doc, where,
+                    f"evidence range {ev['package']} {ev['range']!r} is not a version condition of this rule",
+                    hint="use the exact specifier from `when`, or `within: true` for a fact that must hold on every release in the range",
+                )
+            for a in ev["all"]:
+                for key in ("regex", "absent"):
+                    if key in a:
+                        try:
+                            re.compile(a[key])
+                        except re.error as exc:
+                            raise _fail(path, doc, where, f"bad regular expression in evidence: {exc}") from None
+                if "method" in a and "class" not in a:
+                    raise _fail(path, doc, where, "evidence `method` needs `class`")
+
     placeholder = re.compile(r"\{([a-z_]+):([^{}]+)\}|\{([A-Za-z0-9_.\-]+)\}")
     for i, rule in enumerate(doc.get("rules", ()) or ()):
         walk(rule.get("when"), ["rules", i, "when"], finding=not rule.get("disables"))
+        check_evidence(rule, i)
         if rule.get("silent_wrong_results") and rule.get("severity") != "error":
             raise _fail(path, doc, ["rules", i, "severity"], "a rule about silent wrong results must be an error")
         texts = [rule.get("title", ""), rule.get("message", "")]
@@ -274,6 +301,9 @@ def _build(path: Path, doc: Mapping[str, Any]) -> Tuple[List[Framework], List[Ru
                 ),
                 kernels=tuple(r.get("kernels", ())),
                 silent_wrong_results=bool(r.get("silent_wrong_results", False)),
+                evidence=tuple(_plain(e) for e in r.get("evidence", ()) or ()),
+                confidence=r.get("confidence"),
+                confidence_note=r.get("confidence_note"),
             )
         )
     return frameworks, rules
@@ -309,7 +339,11 @@ def _files(dirs: Iterable[Path]) -> List[Path]:
             continue
         if not d.is_dir():
             raise RuleError("no such rule file or folder", path=str(d), hint="pass a .yaml file or a folder of them")
-        out.extend(sorted(p for p in d.rglob("*.y*ml") if p.suffix in (".yaml", ".yml")))
+        # rules/contracts/ holds caller/callee pairs (doctor.probe.contract_specs), not rules
+        out.extend(sorted(
+            p for p in d.rglob("*.y*ml")
+            if p.suffix in (".yaml", ".yml") and "contracts" not in p.relative_to(d).parts[:-1]
+        ))
     return out
 
 
@@ -373,6 +407,18 @@ def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> 
         for fw_ref in _framework_refs(r.when):
             if fw_ref not in fw_ids:
                 raise RuleError(f"rule {r.id}: refers to unknown framework {fw_ref!r}", path=r.path, line=r.line)
+
+
+def _version_leaves(cond: Any) -> Iterable[Tuple[str, str]]:
+    """Every `{package: P, version: SPEC}` leaf of a condition."""
+    if isinstance(cond, dict):
+        if "package" in cond and isinstance(cond.get("version"), str):
+            yield str(cond["package"]), cond["version"]
+        for key in ("all", "any"):
+            for child in cond.get(key, ()) or ():
+                yield from _version_leaves(child)
+        if "not" in cond:
+            yield from _version_leaves(cond["not"])
 
 
 def _framework_refs(cond: Any) -> Iterable[str]:
@@ -439,6 +485,7 @@ def _from_json(doc: Mapping[str, Any]) -> Catalogue:
                     for x in r["fixes"]
                 ),
                 "kernels": tuple(r["kernels"]),
+                "evidence": tuple(r.get("evidence", ())),
             }
         )
         for r in doc["rules"]

@@ -103,6 +103,55 @@ TEST_CASE: Dict[str, Any] = {
     "additionalProperties": False,
 }
 
+# An assertion about one released artifact (a wheel or sdist on PyPI), evaluated by the
+# developer tool tools/evidence.py on every release; see docs/evidence.md.
+ASSERTION: Dict[str, Any] = {
+    "type": "object",
+    "required": ["file"],
+    "properties": {
+        # a glob inside the artifact (`*` crosses folders), or a list of them
+        "file": {
+            "oneOf": [
+                {"type": "string", "minLength": 1},
+                {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+            ]
+        },
+        "regex": {"type": "string", "minLength": 1},
+        "absent": {"type": "string", "minLength": 1},
+        "literal": {"type": "string", "minLength": 1},
+        "function": {"type": "string", "minLength": 1},
+        "required_param": {"type": "string", "minLength": 1},
+        "param": {"type": "string", "minLength": 1},
+        "no_param": {"type": "string", "minLength": 1},
+        "class": {"type": "string", "minLength": 1},
+        "method": {"type": "string", "minLength": 1},
+        "no_method": {"type": "string", "minLength": 1},
+    },
+    "additionalProperties": False,
+    "oneOf": [
+        {"required": ["regex"]},
+        {"required": ["absent"]},
+        {"required": ["literal"]},
+        {"required": ["function"]},
+        {"required": ["class"]},
+    ],
+}
+
+EVIDENCE: Dict[str, Any] = {
+    "type": "object",
+    "required": ["package", "range", "all"],
+    "properties": {
+        "package": {"type": "string", "minLength": 1},
+        "repo": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$"},  # read release tags there, not PyPI
+        "range": {"type": "string", "minLength": 1},  # releases where all assertions hold
+        "scan": {"type": "string", "minLength": 1},  # releases to evaluate (default: every final release)
+        "within": {"type": "boolean"},  # true: hold on every release in `range`, may hold outside too
+        "all": {"type": "array", "items": ASSERTION, "minItems": 1},
+        "note": {"type": "string"},
+    },
+    "additionalProperties": False,
+}
+
 RULE: Dict[str, Any] = {
     "type": "object",
     "required": ["id", "title", "message", "when", "sources", "tests"],
@@ -118,6 +167,9 @@ RULE: Dict[str, Any] = {
         "sources": {"type": "array", "items": {"type": "string", "pattern": r"^https?://"}, "minItems": 1},
         "kernels": _str_list,
         "silent_wrong_results": {"type": "boolean"},
+        "evidence": {"type": "array", "items": EVIDENCE, "minItems": 1},
+        "confidence": {"enum": ["inferred"]},
+        "confidence_note": {"type": "string", "minLength": 1},
         "tests": {
             "type": "object",
             "required": ["fires", "passes"],
@@ -129,6 +181,7 @@ RULE: Dict[str, Any] = {
         },
     },
     "oneOf": [{"required": ["severity"]}, {"required": ["disables"]}],
+    "dependentRequired": {"confidence": ["confidence_note"], "confidence_note": ["confidence"]},
     "additionalProperties": False,
 }
 

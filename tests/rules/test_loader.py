@@ -132,3 +132,46 @@ def test_a_finding_about_a_backend_must_name_it_selected(tmp_path: Path) -> None
     with pytest.raises(RuleError) as exc:
         load_file(rule)
     assert "selected: true" in (exc.value.hint or "") and exc.value.line == 9
+
+
+EVIDENCE = """    evidence:
+      - package: torch
+        range: ">=2.0"
+        all:
+          - {file: "torch/*.py", regex: "scaled_dot_product_attention"}
+"""
+
+
+def _with_evidence(text: str) -> str:
+    return GOOD.replace("    tests:\n", text + "    tests:\n")
+
+
+def test_evidence_tied_to_a_version_condition_loads(tmp_path: Path) -> None:
+    load(tmp_path, _with_evidence(EVIDENCE))
+    load(tmp_path, _with_evidence(EVIDENCE.replace('range: ">=2.0"', 'range: ">=2.1,<2.3"\n        within: true')))
+
+
+@pytest.mark.parametrize(
+    "edit,needle",
+    [
+        (lambda s: s.replace('range: ">=2.0"', 'range: ">=2.1"'), "is not a version condition of this rule"),
+        (lambda s: s.replace('range: ">=2.0"', 'range: "=>2.0"'), "bad version specifier"),
+        (lambda s: s.replace('regex: "scaled_dot_product_attention"', 'regex: "(unclosed"'), "bad regular expression in evidence"),
+        (lambda s: s.replace('regex: "scaled_dot_product_attention"', 'method: forward'), ""),
+        (lambda s: s.replace("        all:\n", "        colour: red\n        all:\n"), "unknown key 'colour'"),
+    ],
+)
+def test_bad_evidence_names_the_rule_and_a_line(tmp_path: Path, edit, needle: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(RuleError) as exc:
+        load(tmp_path, _with_evidence(edit(EVIDENCE)))
+    text = exc.value.one_line()
+    assert text.startswith(f"{tmp_path / 'r.yaml'}:"), text
+    assert "MY-RULE" in text and needle in text
+    assert exc.value.exit_code == ExitCode.USAGE
+
+
+def test_inferred_needs_a_reason(tmp_path: Path) -> None:
+    with pytest.raises(RuleError) as exc:
+        load(tmp_path, _with_evidence("    confidence: inferred\n"))
+    assert "confidence_note" in exc.value.one_line()
+    load(tmp_path, _with_evidence("    confidence: inferred\n    confidence_note: from the PR thread only\n"))

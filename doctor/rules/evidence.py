@@ -1,0 +1,159 @@
+"""How a rule's version ranges compare with what released artifacts show.
+
+A rule's `evidence:` entries are assertions about files in a package's released artifacts;
+tools/evidence.py (a developer tool, with network) evaluates them on every release and writes
+the releases where each holds to rules/evidence.lock.json. This module only reads that lock:
+`rules show` and `rules lint` report each rule as derived, inferred or unverified, and the
+offline test compares each entry's `range` with the lock. Nothing here downloads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+
+from packaging.version import InvalidVersion, Version
+
+LOCK_NAME = "evidence.lock.json"
+
+
+def _key(v: str) -> Version:
+    return Version(v)
+
+
+def _matches(version: str, spec: str) -> bool:
+    from doctor.versions import version_matches
+
+    return bool(version_matches(version, spec))
+
+
+def entry_key(entry: Mapping[str, Any]) -> str:
+    """Identifies an evidence entry's content: editing an assertion makes its lock record stale."""
+    canon = json.dumps({k: entry[k] for k in sorted(entry) if k != "note"}, sort_keys=True)
+    return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+def derive_range(scanned: Sequence[str], holds: Iterable[str]) -> str:
+    """A readable specifier for the releases in `holds`, as runs over the ordered `scanned` list:
+    '>=2.6' or '>=1.11,<1.14'; several runs are joined with ' || '; '' when none holds."""
+    order = sorted(scanned, key=_key)
+    hold = set(holds)
+    runs: List[str] = []
+    i = 0
+    while i < len(order):
+        if order[i] not in hold:
+            i += 1
+            continue
+        j = i
+        while j + 1 < len(order) and order[j + 1] in hold:
+            j += 1
+        lo = "" if i == 0 else f">={order[i]}"
+        hi = "" if j == len(order) - 1 else f"<{order[j + 1]}"
+        runs.append(",".join(x for x in (lo, hi) if x) or "*")
+        i = j + 1
+    return " || ".join(runs)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How an entry's claimed range compares with the releases where its assertions hold."""
+
+    ok: bool
+    claimed: List[str]
+    holds: List[str]
+    derived: str
+    problem: str = ""
+
+
+def judge(entry: Mapping[str, Any], record: Mapping[str, Any]) -> Verdict:
+    """Compare an evidence entry with its lock record. Exact entries must hold on exactly the
+    scanned releases inside `range`; `within: true` entries on every one of them."""
+    try:
+        scanned = sorted(set(record["holds"]) | set(record["fails"]), key=_key)
+    except InvalidVersion as exc:
+        return Verdict(False, [], [], "", f"unreadable lock record: {exc}")
+    holds = sorted(record["holds"], key=_key)
+    claimed = [v for v in scanned if _matches(v, entry["range"])]
+    derived = derive_range(scanned, holds)
+    missing = [v for v in claimed if v not in record["holds"]]
+    if entry.get("within"):
+        ok = not missing and bool(claimed)
+        problem = f"does not hold on {', '.join(missing)}" if missing else ("" if claimed else "no scanned release in range")
+        return Verdict(ok, claimed, holds, derived, problem)
+    extra = [v for v in holds if v not in claimed]
+    bits = []
+    if extra:
+        bits.append(f"also holds on {', '.join(extra)}")
+    if missing:
+        bits.append(f"does not hold on {', '.join(missing)}")
+    if not holds:
+        bits.append("holds on no scanned release")
+    return Verdict(claimed == holds and bool(holds), claimed, holds, derived, "; ".join(bits))
+
+
+def load_lock(rules_dir: Optional[Path] = None) -> Dict[str, Any]:
+    """The lock next to the catalogue, or an empty one."""
+    if rules_dir is None:
+        from doctor.resources import rules_dir as _rules_dir
+
+        rules_dir = _rules_dir()
+    path = rules_dir / LOCK_NAME
+    try:
+        return dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return {"records": {}, "packages": {}}
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One rule's confidence: 'derived' (every evidence entry agrees with the lock), 'inferred'
+    (the rule says why its range is not derived), 'differs' (evidence disagrees and the rule
+    does not say why), 'stale' (an entry is missing from the lock or changed since), or
+    'unverified' (a version-bounded rule without evidence); None for rules without versions."""
+
+    level: Optional[str]
+    lines: List[str]
+
+
+def standing(rule: Any, lock: Mapping[str, Any], version_bounded: bool) -> Standing:
+    lines: List[str] = []
+    level: Optional[str] = None
+    bad = stale = False
+    for i, entry in enumerate(rule.evidence):
+        rec = lock.get("records", {}).get(f"{rule.id}#{i}")
+        scope = "holds on every release in" if entry.get("within") else "range"
+        head = f"{entry['package']} {scope} {entry['range']!r}"
+        if rec is None or rec.get("key") != entry_key(entry):
+            stale = True
+            lines.append(f"{head}: not in the evidence lock (run tools/evidence.py)")
+            continue
+        v = judge(entry, rec)
+        bad = bad or not v.ok
+        src = rec.get("source", "")
+        lines.append(f"{head}: {'agrees' if v.ok else 'DIFFERS'}, released artifacts say {v.derived!r} ({src})" + (f": {v.problem}" if v.problem and not v.ok else ""))
+    for note in lock.get("notes", []):
+        if note.get("rule") == rule.id:
+            lines.append(f"note: {note.get('package')} {note.get('range')!r} looks like {note.get('derived')!r} in released artifacts: {note.get('why')}")
+    if rule.confidence == "inferred":
+        level = "inferred"
+    elif stale:
+        level = "stale"
+    elif bad:
+        level = "differs"
+    elif rule.evidence:
+        level = "derived"
+    elif version_bounded:
+        level = "unverified"
+    return Standing(level, lines)
+
+
+def version_bounded(cond: Any) -> bool:
+    """Whether a condition holds a `{package: P, version: SPEC}` leaf."""
+    if isinstance(cond, dict):
+        if "package" in cond and isinstance(cond.get("version"), str):
+            return True
+        return any(version_bounded(c) for k in ("all", "any") for c in cond.get(k, ()) or ()) or version_bounded(cond.get("not"))
+    return False

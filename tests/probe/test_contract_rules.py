@@ -1,0 +1,157 @@
+"""Contract analysis without downloads: guards, undecided sites, the pair YAML, the snapshot section.
+
+The callers here are a few lines written in the shape the real ones use (TE's version
+constants, transformers' `inspect.signature` test, a runtime condition); the end-to-end
+checks against the released files are in test_contracts.py.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+from doctor.errors import InputError, RuleError
+from doctor.probe import packages
+from doctor.probe.contract_specs import load_file, load_specs
+from doctor.probe.contracts import analyse
+from doctor.snapshot import parse_snapshot
+
+
+@pytest.fixture(autouse=True)
+def _tmp_user_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`check` keeps the validated pairs in the user's cache folder: a temp one here."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+
+CALLEE = '''
+def _fwd(q, k, v, dropout_p, softcap, window_size=(-1, -1), block_table=None):
+    pass
+
+def public(q, k, v, window_size=(-1, -1)):
+    pass
+'''
+
+CALLER = '''
+from importlib.metadata import version as get_pkg_version
+from packaging.version import Version as PkgVersion
+import inspect
+from fa.iface import _fwd, public
+
+_fa_version = PkgVersion(get_pkg_version("fa-lib"))
+_fa_2_6_plus = _fa_version >= PkgVersion("2.6")
+_has_window = "window_size" in list(inspect.signature(public).parameters)
+
+
+def run(q, k, v, softcap, runtime_flag):
+    kwargs = {}
+    if _fa_2_6_plus:
+        kwargs["softcap"] = softcap
+    if runtime_flag:
+        kwargs["page"] = 1
+    return _fwd(q, k, v, 0.0, **kwargs)
+
+
+def fixed(q, k, v):
+    extra = {"window_size": (1, 1)} if _has_window else {}
+    return public(q, k, v, **extra)
+'''
+
+PAIRS = '''
+pairs:
+  - id: app-fa
+    title: app calls fa
+    caller: {dist: app, files: ["app/*.py"]}
+    callee: {dist: fa-lib, modules: [fa]}
+    sources: ["https://github.com/o/r/blob/v1.0/app/x.py"]
+'''
+
+
+def _site(tmp_path: Path, fa_version: str) -> Path:
+    site = tmp_path / "site"
+    for name, version in (("app", "1.0"), ("fa_lib", fa_version)):
+        d = site / f"{name}-{version}.dist-info"
+        d.mkdir(parents=True)
+        (d / "METADATA").write_text(f"Name: {name.replace('_', '-')}\nVersion: {version}\n\n")
+    (site / "fa").mkdir()
+    (site / "fa" / "__init__.py").write_text("")
+    (site / "fa" / "iface.py").write_text(textwrap.dedent(CALLEE))
+    (site / "app").mkdir()
+    (site / "app" / "__init__.py").write_text("")
+    (site / "app" / "run.py").write_text(textwrap.dedent(CALLER))
+    return site
+
+
+def _analyse(tmp_path: Path, fa_version: str) -> Dict[str, Any]:
+    spec_dir = tmp_path / "specs"
+    spec_dir.mkdir(parents=True, exist_ok=True)
+    (spec_dir / "p.yaml").write_text(PAIRS)
+    site = _site(tmp_path, fa_version)
+    return analyse(packages.scan([str(site)]), load_specs(spec_dir), tmp_path / "cache")
+
+
+def _by_line(doc: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+    return {s["symbol"].rsplit(".", 1)[1] + ("" if s["kind"] == "call" else ":import"): s for s in doc["sites"]}
+
+
+def test_a_version_guard_decides_the_keyword_and_a_runtime_flag_is_undecided(tmp_path: Path) -> None:
+    old = _by_line(_analyse(tmp_path / "old", "2.5.0"))
+    # < 2.6: softcap is never passed, and it is required -> a certain break
+    assert old["_fwd"]["verdict"] == "breaks" and "'softcap'" in old["_fwd"]["reason"]
+    new = _by_line(_analyse(tmp_path / "new", "2.6.1+local"))
+    # >= 2.6 (a local build too): softcap is passed; `page` only when runtime_flag: undecided, not an error
+    assert new["_fwd"]["verdict"] == "undecided"
+    assert "'page'" in new["_fwd"]["reason"] and "runtime_flag" in new["_fwd"]["reason"]
+
+
+def test_an_inspect_signature_guard_is_evaluated_against_the_callee(tmp_path: Path) -> None:
+    doc = _by_line(_analyse(tmp_path, "2.6.1"))
+    assert doc["public"]["verdict"] == "binds"
+    assert doc["public:import"]["verdict"] == "binds"
+
+
+def test_a_pair_whose_callee_is_not_installed_is_skipped(tmp_path: Path) -> None:
+    spec_dir = tmp_path / "specs"
+    spec_dir.mkdir()
+    (spec_dir / "p.yaml").write_text(PAIRS)
+    site = _site(tmp_path, "2.6.1")
+    for p in site.glob("fa_lib-*"):
+        for f in p.iterdir():
+            f.unlink()
+        p.rmdir()
+    assert analyse(packages.scan([str(site)]), load_specs(spec_dir), None)["pairs"] == []
+
+
+def test_the_shipped_pairs_load_and_cite_release_tags() -> None:
+    specs = load_specs()
+    ids = {p.id for p in specs.pairs}
+    assert {"te-flash-attn", "transformers-flash-attn", "xtuner-transformers"} <= ids
+    for p in specs.pairs:
+        assert all("/main/" not in s and "/master/" not in s for s in p.sources)
+
+
+@pytest.mark.parametrize(
+    "text, where, what",
+    [
+        (PAIRS.replace("    title:", "    titel: x\n    title:"), 4, "unknown key 'titel'"),
+        (PAIRS.replace("blob/v1.0", "blob/main"), 7, "not upstream code at a release tag"),
+        (PAIRS.replace("callee: {dist: fa-lib, modules: [fa]}", "callee: {dist: fa-lib}"), 6, "missing key 'modules'"),
+    ],
+)
+def test_a_bad_pair_file_names_file_and_line(tmp_path: Path, text: str, where: int, what: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(RuleError) as err:
+        load_file(path)
+    assert err.value.line == where and what in err.value.message
+    assert err.value.one_line().startswith(f"{path}:{where}: ")
+
+
+def test_a_snapshot_with_a_bad_contract_verdict_is_refused_with_its_line() -> None:
+    doc = {"schema_version": 1, "contracts": {"pairs": [], "sites": [
+        {"pair": "x", "kind": "call", "site": "a.py:1", "symbol": "m.f", "reason": "r", "verdict": "maybe"}]}}
+    with pytest.raises(InputError) as err:
+        parse_snapshot(json.dumps(doc, indent=1), "snap.json")
+    assert "verdict must be one of binds, breaks, undecided" in err.value.message and err.value.line == 12

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Function signatures of a package's Python interface, per release, read from its PyPI artifacts
+(a developer tool, not shipped). The default reads flash-attn's public and private entry points
+(flash_attn/flash_attn_interface.py, and hopper/flash_attn_interface.py where the sdist ships
+FlashAttention 3's) and writes rules/evidence/flash_attn_signatures.json.
+
+    python tools/signatures.py [--cache DIR] [--out FILE] [--package flash-attn] [--file GLOB ...]
+
+A release whose functions equal an earlier one's says `same_as: VERSION` instead of repeating
+them. Each function is a list of parameters as written: `name` (required), `name=default`, `*args`,
+`**kwargs`, and `*` before keyword-only ones. Uses tools/evidence.py's download cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import evidence as ev  # noqa: E402
+
+DEFAULT_FILES = ("flash_attn/flash_attn_interface.py", "hopper/flash_attn_interface.py")
+
+
+def _param_list(fn: ast.FunctionDef) -> List[str]:
+    a = fn.args
+    out: List[str] = []
+    pos = list(a.posonlyargs) + list(a.args)
+    defaults: List[Optional[ast.expr]] = [None] * (len(pos) - len(a.defaults)) + list(a.defaults)
+    for i, (p, d) in enumerate(zip(pos, defaults)):
+        out.append(p.arg if d is None else f"{p.arg}={ast.unparse(d)}")
+        if a.posonlyargs and i == len(a.posonlyargs) - 1:
+            out.append("/")
+    if a.vararg:
+        out.append("*" + a.vararg.arg)
+    elif a.kwonlyargs:
+        out.append("*")
+    for p, d in zip(a.kwonlyargs, a.kw_defaults):
+        out.append(p.arg if d is None else f"{p.arg}={ast.unparse(d)}")
+    if a.kwarg:
+        out.append("**" + a.kwarg.arg)
+    return out
+
+
+def signatures(text: str) -> Dict[str, List[str]]:
+    """Module-level functions (and methods, as Class.method) of one Python file."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return {}
+    out: Dict[str, List[str]] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[node.name] = _param_list(node)  # type: ignore[arg-type]
+        elif isinstance(node, ast.ClassDef):
+            for m in node.body:
+                if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name in ("forward", "backward", "apply"):
+                    out[f"{node.name}.{m.name}"] = _param_list(m)  # type: ignore[arg-type]
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cache", type=Path, default=Path(os.environ.get("ATTN_DOCTOR_EVIDENCE_CACHE", Path.home() / ".cache" / "attn-doctor-evidence")))
+    ap.add_argument("--package", default="flash-attn")
+    ap.add_argument("--file", action="append", default=[], help="file inside the artifact (repeatable)")
+    ap.add_argument("--scan", default=">=2.0", help="releases to read (PEP 440 specifier)")
+    ap.add_argument("--out", type=Path, default=ev.ROOT / "rules" / "evidence" / "flash_attn_signatures.json")
+    args = ap.parse_args(argv)
+    files = tuple(args.file) or DEFAULT_FILES
+    run = ev.Run(args.cache)
+    arts = [a for a in run.artifacts(args.package) if ev.version_matches(a.version, args.scan)]
+    paths = run.fetch_all(args.package, arts)
+    releases: Dict[str, Any] = {}
+    for a in arts:
+        if a.version not in paths:
+            continue
+        content = ev.Files(paths[a.version])
+        per_file = {}
+        for name in files:
+            if content.glob(name):
+                per_file[name] = signatures(content.text(name))
+        same = [v for v, info in releases.items() if info.get("files") == per_file]
+        if same:  # unchanged since an earlier release: point at it instead of repeating it
+            releases[a.version] = {"artifact": a.filename, "sha256": a.sha256, "same_as": same[0]}
+        else:
+            releases[a.version] = {"artifact": a.filename, "sha256": a.sha256, "files": per_file}
+    doc = {
+        "about": f"Function signatures of {args.package}'s interface per release, read from its PyPI artifacts by tools/signatures.py. Do not edit.",
+        "package": args.package,
+        "releases": releases,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["{", f' "about": {json.dumps(doc["about"])},', f' "package": {json.dumps(args.package)},', ' "releases": {']
+    items = list(releases.items())
+    for i, (v, info) in enumerate(items):
+        lines.append(f"  {json.dumps(v)}: {json.dumps(info, sort_keys=True)}" + ("," if i < len(items) - 1 else ""))
+    lines += [" }", "}"]
+    args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for f in run.failures:
+        print(f"download: {f}", file=sys.stderr)
+    print(f"wrote {args.out} ({len(releases)} releases)", file=sys.stderr)
+    return 2 if run.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
