@@ -119,7 +119,7 @@ def main() -> None:
             cpu.setdefault(key, []).append(cpu_s)
     cold: Dict[str, List[float]] = {}
     if site is not None:
-        key = f"+ TE 1.11, flash-attn 2.6.3, transformers 4.44, xtuner 0.1.23|after"
+        key = "+ TE 1.11, flash-attn 2.6.3, transformers 4.44, xtuner 0.1.23|after"
         for _ in range(3):
             shutil.rmtree(xdg / "after" / "attn-doctor" / "contracts", ignore_errors=True)
             cold.setdefault("probe", []).append(_run([*exe, *commands["probe --format json --static"]], envs[key], "cold"))
