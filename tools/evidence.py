@@ -25,7 +25,6 @@ import ast
 import concurrent.futures
 import fnmatch
 import hashlib
-import io
 import json
 import os
 import subprocess
@@ -37,7 +36,7 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from packaging.version import InvalidVersion, Version
 
