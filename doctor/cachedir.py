@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import List, Mapping, Optional
+from typing import Any, List, Mapping, Optional
 
 KEEP = 8  # newest files kept per kind of cache entry
 STALE_TMP_S = 600.0  # a temp file older than this was left by a killed writer
@@ -51,3 +51,33 @@ def prune(folder: Optional[Path], pattern: str, keep: int = KEEP) -> List[Path]:
         except OSError:
             pass
     return removed
+
+
+def write_json(folder: Optional[Path], name: str, data: Any, *, prune_pattern: Optional[str] = None, keep: int = KEEP) -> bool:
+    """Write `data` as JSON to folder/name atomically (temp file + rename), then prune
+    `prune_pattern` to the `keep` newest. Any failure (read-only home, full disk) is ignored:
+    a cache that cannot be written only costs speed. True when written."""
+    if folder is None:
+        return False
+    import json
+    import tempfile
+
+    tmp: Optional[str] = None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".w-", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, separators=(",", ":"))
+        os.replace(tmp, folder / name)
+        tmp = None
+    except OSError:
+        return False
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    if prune_pattern:
+        prune(folder, prune_pattern, keep)
+    return True

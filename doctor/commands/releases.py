@@ -46,6 +46,32 @@ def refresh(
     return int(ExitCode.OK)
 
 
+@releases_app.command("wheels")
+def wheels(
+    version: List[str] = typer.Option(..., "--version", "-v", help="flash-attn release whose wheel row to rebuild (repeatable), e.g. 2.8.3.post2."),
+    assets_json: Optional[Path] = typer.Option(None, "--assets-json", help="A saved GitHub releases API answer (one release or a list) instead of asking GitHub."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the refreshed file here instead of the shipped catalogue."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Read the assets, show what would change, write nothing."),
+) -> int:
+    """Rebuild flash-attn-wheels.json rows from the wheels a GitHub release really carries
+    (its assets), not the CI matrix at the tag. Exit 1 when GitHub is unreachable."""
+    from doctor.releases.wheel_assets import load_assets_file, refresh_wheels
+    from doctor.resources import rules_dir
+
+    assets = load_assets_file(assets_json) if assets_json else None
+    if assets is not None:
+        missing = [v for v in version if v not in assets]
+        if missing:
+            raise InputError(f"no release v{missing[0]} in the assets file", path=str(assets_json), hint="known: " + ", ".join(sorted(assets)))
+    result = refresh_wheels(rules_dir() / "releases", version, output=output, assets=assets, dry_run=dry_run)
+    lines = [f"{'would update' if dry_run else 'updated'} flash-attn wheel rows from release assets:"]
+    lines += [f"  {v}: wheels for {n} torch line(s)" for v, n in result.updated]
+    if result.written:
+        lines.append(f"  wrote {result.written}")
+    emit("\n".join(lines))
+    return int(ExitCode.OK)
+
+
 @releases_app.command("show")
 def show(
     name: str = typer.Argument(..., help="Package name, e.g. flash-attn"),

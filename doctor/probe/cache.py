@@ -13,13 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from doctor.cachedir import prune
+from doctor.cachedir import write_json
 
 TTL_S = 3600.0
 FORMAT = 1
@@ -71,18 +70,4 @@ def store(cache_dir: Optional[Path], key: str, records: Sequence[Mapping[str, An
         "seconds": seconds,
         "records": list(records),
     }
-    tmp: Optional[str] = None
-    try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".loaded-", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh)
-        os.replace(tmp, cache_dir / f"loaded-{key[:32]}.json")
-        tmp = None
-        prune(cache_dir, "loaded-*.json")
-    except OSError:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+    write_json(cache_dir, f"loaded-{key[:32]}.json", data, prune_pattern="loaded-*.json")

@@ -10,6 +10,8 @@ dist-info paths; the entry lists every file the analysis read and every folder i
 from __future__ import annotations
 
 import os
+
+from doctor.cachedir import prune, write_json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Set, Tuple
 
@@ -108,24 +110,10 @@ def cached_result(cache_dir: Optional[Path], key: str) -> Optional[Dict[str, Any
 
 
 def store_result(cache_dir: Optional[Path], key: str, touched: Set[str], result: Mapping[str, Any]) -> None:
-    import json
-    import tempfile
 
     if cache_dir is None:
         return
     folders = {os.path.dirname(p) for p in touched}
     files = {p: _stat(p) for p in sorted(touched | folders)}
-    tmp: Optional[str] = None
-    try:
-        d = cache_dir / "contracts"
-        d.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".r-", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"key": key, "files": files, "result": result}, fh)
-        os.replace(tmp, d / f"result-{key[:8]}.json")
-    except OSError:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+    write_json(cache_dir / "contracts", f"result-{key[:8]}.json", {"key": key, "files": files, "result": result}, prune_pattern="result-*.json")
+    prune(cache_dir / "contracts", "[0-9a-f]*.json", keep=4096)  # per-file parse summaries

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -487,18 +486,8 @@ class SummaryCache:
     def _store(self, digest: str, summary: Dict[str, Any]) -> None:
         if self.dir is None:
             return
-        import tempfile
+        from doctor.cachedir import write_json
 
-        tmp: Optional[str] = None
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".s-", suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(summary, fh, separators=(",", ":"))
-            os.replace(tmp, self.dir / f"{digest[:40]}.json")
-        except OSError:
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
+        # one small file per parsed source file, named by content digest; pruned (newest 4096
+        # kept) once per analysis by doctor.probe.contract_cache.store, not on every write
+        write_json(self.dir, f"{digest[:40]}.json", summary)

@@ -29,6 +29,8 @@ CATALOGUE_PACKAGES = (
     "transformers",
     "xtuner",
     "axolotl",
+    "accelerate",
+    "xformers",
     "nvidia-cudnn-cu11",
     "nvidia-cudnn-cu12",
     "nvidia-cudnn-cu13",

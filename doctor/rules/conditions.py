@@ -44,10 +44,12 @@ FACT_PATHS = frozenset(
     + [f"path.{name}" for name in PATH_FIELDS]
 )
 FACT_PREFIXES = ("env.", "imports.", "package.")
+# Derived from the release catalogue (doctor/rules/wheel_facts.py)
+WHEEL_FACT_PATHS = frozenset(f"wheels.flash-attn.{n}" for n in ("wheel", "needs_build", "broken_wheel", "why", "build"))
 
 
 def is_known_fact_path(path: str) -> bool:
-    return path in FACT_PATHS or path.startswith(FACT_PREFIXES)
+    return path in FACT_PATHS or path in WHEEL_FACT_PATHS or path.startswith(FACT_PREFIXES)
 
 
 def resolve(path: str, facts: Facts, workload: Workload) -> Value:
@@ -55,6 +57,11 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
     head, _, rest = path.partition(".")
     if head == "workload":
         return Value(True, getattr(workload, rest))
+    if head == "wheels":
+        from doctor.rules.wheel_facts import resolve_wheel_fact
+
+        known, value, why = resolve_wheel_fact(rest.rpartition(".")[2], facts)
+        return Value(True, value) if known else _unknown(path, facts, why)
     if head == "env":
         if facts.env is None:
             return _unknown(path, facts, "environment variables were not probed")

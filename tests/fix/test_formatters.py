@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from doctor.fix.plan import Alternative, Change, FixPlan, Step
-from doctor.fix.wheels import WheelChoice
+from doctor.releases.wheels import WheelChoice
 from doctor.model import Finding, Fix, Pin, Severity
 from doctor.report.fix_json import plan_document, render_fix_json
 from doctor.report.fix_markdown import render_fix_markdown

@@ -8,7 +8,7 @@ from typing import Optional
 
 import pytest
 
-from doctor.fix.wheels import WheelTarget, choose_wheel, cuda_tag, wheel_target
+from doctor.releases.wheels import WheelTarget, choose_wheel, cuda_tag, wheel_target
 from doctor.model import Facts, PythonInfo, TorchInfo
 
 

@@ -1,0 +1,77 @@
+"""Facts derived from the release catalogue about the installed (or assumed) flash-attn version:
+whether its release published a prebuilt wheel for this torch, CUDA, C++ ABI and Python, and
+whether that wheel is one known not to import. They let rules judge a static snapshot (no
+import was tried, the C++ ABI not probed) from the catalogue alone.
+
+    wheels.flash-attn.wheel         True / False: a prebuilt wheel exists for this environment
+    wheels.flash-attn.needs_build   no wheel, and the compiled extension is not known to import
+                                    (so `pip install` compiles it: an hour or more)
+    wheels.flash-attn.broken_wheel  the wheel for this environment is listed as broken and the
+                                    import was not probed (a probe that tried it reports it)
+    wheels.flash-attn.why           the catalogue's reason, for messages
+    wheels.flash-attn.build         the source-build command
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from doctor.model import Facts
+
+NAMES = ("wheel", "needs_build", "broken_wheel", "why", "build")
+PATHS = tuple(f"wheels.flash-attn.{n}" for n in NAMES)
+
+
+def _import_known_ok(facts: Facts) -> bool:
+    st = facts.imports.get("flash_attn") or facts.imports.get("flash_attn_2_cuda")
+    # `--assume flash-attn==X` marks the import ok "assumed: ..."; that says nothing about
+    # whether a wheel exists for X, so it does not count as a probed import.
+    return st is not None and st.status == "ok" and not (st.cause or "").startswith("assumed")
+
+
+def _import_probed(facts: Facts) -> bool:
+    st = facts.imports.get("flash_attn") or facts.imports.get("flash_attn_2_cuda")
+    return st is not None and st.status in ("ok", "error") and not (st.cause or "").startswith("assumed")
+
+
+def resolve_wheel_fact(name: str, facts: Facts) -> "tuple[bool, Any, str]":
+    """(known, value, reason-if-unknown) of wheels.flash-attn.<name>."""
+    from doctor.releases.wheels import build_command, choose_wheel, wheel_target
+    from doctor.releases.catalogue import load_release_catalogue
+    from doctor.versions import parse_version, version_matches
+
+    if name not in NAMES:
+        return False, None, f"unknown wheel fact {name!r}"
+    if facts.packages is None:
+        return False, None, "installed packages were not probed"
+    raw: Optional[str] = facts.packages.get("flash-attn")
+    if raw is None:
+        return True, None, ""  # flash-attn is not installed: no wheel question
+    pv = parse_version(raw)
+    version = pv.public if pv is not None else raw
+    target = wheel_target(facts)
+    if target is None:
+        return False, None, "torch version unknown"
+    rel = load_release_catalogue()
+    choice = choose_wheel(rel, version, target)
+    if name == "build":
+        return True, build_command(version), ""
+    if name == "why":
+        # the notes end with how to build; rules say that themselves with wheels.flash-attn.build
+        notes = [n.split("; no prebuilt wheel:")[0] for n in choice.notes if not n.startswith("install with --no-deps")]
+        return True, "; ".join(notes) or "a prebuilt wheel exists", ""
+    if name == "wheel":
+        return True, choice.available, ""
+    if name == "needs_build":
+        if version not in rel.flash_attn_wheels:
+            return False, None, f"flash-attn {version} is not in the wheel catalogue"
+        return True, (not choice.available) and not _import_known_ok(facts), ""
+    # broken_wheel
+    if _import_probed(facts):
+        return True, False, ""
+    for broken in rel.broken_wheels:
+        if broken.torch != target.torch_mm or not version_matches(version, broken.flash_attn):
+            continue
+        if broken.cxx11_abi is None or broken.cxx11_abi == target.cxx11_abi:
+            return True, True, ""
+    return True, False, ""
