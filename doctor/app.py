@@ -82,7 +82,7 @@ def probe_snapshot(env_file: Optional[Path] = None, loaded: bool = True, sources
         doc = load_snapshot(env_file)
         env = doc.get("env")
         if isinstance(env, dict):  # a hand-written snapshot may carry secrets: never echo them
-            doc["env"] = {k: REDACTED if is_secret_name(k) else scrub(str(v)) for k, v in env.items()}
+            doc["env"] = {k: REDACTED if is_secret_name(k) else scrub(str(v), random_strings=True) for k, v in env.items()}
         return doc
     from doctor.probe import collect
 
@@ -168,18 +168,13 @@ def _snapshot_from_configs(reads: Sequence["ConfigRead"]) -> Dict[str, Any]:
     return doc
 
 
-def expand_env_files(paths: Sequence[Path]) -> Tuple[Path, ...]:
-    """--env values: files as given, folders as the snapshots in them."""
-    out: List[Path] = []
-    for p in paths:
-        if p.is_dir():
-            found = sorted(x for x in p.iterdir() if x.suffix in (".json", ".yaml", ".yml"))
-            if not found:
-                raise InputError("no snapshots (*.json, *.yaml) in folder", path=str(p))
-            out.extend(found)
-        else:
-            out.append(p)
-    return tuple(out)
+def expand_env_files(paths: Sequence[Path]) -> Tuple[Tuple[Path, ...], Tuple[Tuple[Path, str], ...]]:
+    """--env values: files as given, folders as the snapshot documents in them (recognised by
+    content). Returns (files, ((skipped file, why), ...)) so the command can say what it skipped."""
+    from doctor.fleet import expand_env
+
+    files, skipped = expand_env(paths)
+    return tuple(files), tuple(skipped)
 
 
 # --------------------------------------------------------------------------- check
@@ -330,6 +325,14 @@ def _action(fix: Fix) -> Tuple[Any, ...]:
 def fail_count(report: Report, fail_on: str, strict: bool) -> int:
     """How many findings are at or above the failure threshold (`--fail-on`)."""
     limit = Severity(fail_on)
+    if report.hosts:  # fleet view: the worst over the hosts, plus what differs between them
+        from doctor.cluster.hetero import AREA
+        from doctor.fleet import host_fail_count
+
+        fleet_wide = [f for f in report.findings if f.area == AREA and f.status != "not_evaluated"]
+        return sum(host_fail_count(h, fail_on, strict) for h in report.hosts) + sum(
+            1 for f in fleet_wide if f.severity.at_least(limit)
+        )
     # --strict: a framework whose backend choice is undecided counts like an unevaluated rule
     n = len({b.framework for b in report.backends if b.available is None}) if strict else 0
     for f in report.findings:
@@ -350,41 +353,15 @@ def kernels_only(report: Report) -> Report:
 
 
 def check_fleet(inputs: Inputs, env_files: Sequence[Path]) -> Report:
-    """Offline fleet view: the rules on every snapshot, merged, plus what differs between them.
+    """Offline fleet view: every rule on every snapshot, per host (see doctor/fleet.py)."""
+    from doctor.fleet import label_snapshots, merge_fleet
 
-    A finding that fires on some snapshots only says where; one that fires everywhere says so.
-    The report's facts and backends are those of the first snapshot."""
-    from doctor.cluster.hetero import analyze
-
-    docs = [(str(env_files[0]), inputs.snapshot or {})]
-    docs += [(str(p), probe_snapshot(env_file=Path(p))) for p in env_files[1:]]
-    labels = [str(doc.get("host") or Path(path).stem) for path, doc in docs]
-    merged: Dict[str, Finding] = {}
-    where: Dict[str, List[str]] = {}
-    results: Dict[str, str] = {}
-    first: Optional[Report] = None
-    for (path, doc), label in zip(docs, labels):
-        facts = inputs.facts if first is None else apply_assumed(facts_from_snapshot(doc, source=path), inputs)
-        rep = check(replace(inputs, facts=facts, snapshot=doc))
-        first = first or rep
-        for f in rep.findings:
-            merged.setdefault(f.rule_id, f)
-            where.setdefault(f.rule_id, []).append(label)
-        for rid, st in rep.rule_results:
-            if results.get(rid) != "fired":
-                results[rid] = st if results.get(rid) != "not_evaluated" or st == "fired" else "not_evaluated"
-    assert first is not None
-    findings: List[Finding] = []
-    for rid, f in merged.items():
-        hosts = where[rid]
-        if len(hosts) < len(docs):
-            f = replace(f, title=f"[{', '.join(hosts)}] {f.title}", evidence=f.evidence + (f"on {', '.join(hosts)} only",))
-        else:
-            f = replace(f, evidence=f.evidence + (f"on all {len(docs)} snapshots",))
-        findings.append(f)
-    hetero = tuple(analyze([(label, None, doc) for (path, doc), label in zip(docs, labels)]))
-    rule_results = tuple(results.items()) + tuple((f.rule_id, "fired") for f in hetero)
-    return replace(first, findings=hetero + tuple(findings), rule_results=rule_results)
+    docs = label_snapshots([(str(p), probe_snapshot(env_file=Path(p))) for p in env_files])
+    reports = []
+    for label, path, doc in docs:
+        facts = apply_assumed(facts_from_snapshot(doc, source=path), inputs)
+        reports.append((label, path, check(replace(inputs, facts=facts, snapshot=doc))))
+    return merge_fleet(reports, docs)
 
 
 def apply_assumed(facts: Facts, inputs: Inputs) -> Facts:

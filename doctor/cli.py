@@ -21,6 +21,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 from doctor.commands.check import check, check_context, check_epilog  # noqa: E402
@@ -36,8 +37,20 @@ app.add_typer(releases_app, name="releases")
 app.add_typer(rules_app, name="rules")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from doctor import __version__
+
+        sys.stdout.write(f"attn-doctor {__version__}\n")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(
+        False, "--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
     """Diagnose the attention stack before training starts."""
 
 
@@ -58,6 +71,12 @@ def main(argv: Optional[List[str]] = None) -> None:
         kinds = {k.__name__ for k in type(exc).__mro__}
         if "UsageError" in kinds:
             msg = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+            if not msg.strip():  # bare `attn-doctor` (or a group without its subcommand): help was printed
+                sys.stderr.write(
+                    "attn-doctor: no command given (pick one of the commands listed above; "
+                    "`attn-doctor check` diagnoses this machine)\n"
+                )
+                sys.exit(int(ExitCode.USAGE))
             sys.stderr.write(f"attn-doctor: usage error: {msg} (see `attn-doctor --help`)\n")
             sys.exit(int(ExitCode.USAGE))
         if "Abort" in kinds:

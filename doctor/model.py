@@ -450,6 +450,16 @@ class CaseResult:
 
 
 @dataclass(frozen=True)
+class HostResult:
+    """One snapshot of a fleet view (`check --env A --env B ...`), evaluated on its own."""
+
+    label: str  # host name (or file stem), unique within the fleet
+    source: str  # the snapshot file
+    findings: Tuple[Tuple[str, str, str], ...] = ()  # (rule id, severity, status) of what it reported
+    undecided: Tuple[str, ...] = ()  # frameworks whose backend choice is undecided on this host
+
+
+@dataclass(frozen=True)
 class Report:
     facts: Facts
     workload: Workload
@@ -462,3 +472,4 @@ class Report:
     kernel_summary: Tuple[Tuple[str, str], ...] = ()  # (label, value) lines from the kernel run
     call_path: Optional[CallPath] = None  # who runs attention
     notes: Tuple[str, ...] = ()  # where inputs came from (--config files) and what they lacked
+    hosts: Tuple[HostResult, ...] = ()  # fleet view: every snapshot's own result

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+from doctor.bounded import parse_document, read_text
 from doctor.errors import InputError
 from doctor.model import (
     SCHEMA_VERSION,
@@ -51,6 +52,17 @@ SECTIONS = (
     "torch", "cuda", "cudnn", "gpus", "imports", "env", "contracts", "unknown", "provenance",
 )
 _CC = re.compile(r"^\d+\.\d+$")
+
+# Fields that hold a version. A value must start like one (PEP 440, or the local/NGC/ROCm forms
+# that begin with a numeric release: 2.3.0a0+6ddf5cf.nv24.04, 6.0.32830-d62f6a171, 90100);
+# "latest", "abc" or "" would make rules pass or fire on a version nobody has.
+VERSION_FIELDS = {
+    "torch": ("version", "cuda", "hip", "cudnn_version"),
+    "cuda": ("driver_version", "driver_cuda", "runtime"),
+    "cudnn": ("version", "loaded", "installed", "bundled"),
+    "python": ("version",),
+}
+_VERSION_START = re.compile(r"^[vV]?\d+(?:\.\d+)*(?:$|[.+\-_!a-zA-Z0-9])")
 
 Key = Union[str, int]
 
@@ -233,6 +245,45 @@ def _check_imports(ck: _Checker, value: Any) -> Dict[str, Dict[str, Any]]:
     return imports
 
 
+def _is_version(value: str) -> bool:
+    return bool(_VERSION_START.match(value.strip())) and value == value.strip()
+
+
+def _check_version(ck: _Checker, value: Optional[str], where: Sequence[Key], what: str) -> None:
+    if value is None or _is_version(value):
+        return
+    raise ck.fail(
+        where,
+        f"{value!r} is not a version",
+        hint=f"write the {what} as the tool reports it (e.g. \"2.3.0\"), or remove the key if it is unknown",
+    )
+
+
+def _check_versions(ck: _Checker, out: Mapping[str, Any]) -> None:
+    for name, version in (out.get("packages") or {}).items():
+        _check_version(ck, version, ["packages", name], "installed version")
+    for section, keys in VERSION_FIELDS.items():
+        values = out.get(section)
+        if isinstance(values, Mapping):
+            for key in keys:
+                if isinstance(values.get(key), str):
+                    _check_version(ck, values[key], [section, key], "version")
+    cuda = out.get("cuda")
+    if isinstance(cuda, Mapping):
+        for name, version in (cuda.get("runtime_wheels") or {}).items():
+            _check_version(ck, version, ["cuda", "runtime_wheels", name], "version")
+    cudnn = out.get("cudnn")
+    if isinstance(cudnn, Mapping):
+        for rows in ("wheels", "system"):
+            for i, row in enumerate(cudnn.get(rows) or []):
+                if isinstance(row.get("version"), str):
+                    _check_version(ck, row["version"], ["cudnn", rows, i, "version"], "version")
+    for i, gpu in enumerate(out.get("gpus") or []):
+        mem = gpu.get("memory_mib")
+        if isinstance(mem, int) and mem < 0:
+            raise ck.fail(["gpus", i, "memory_mib"], f"memory must be >= 0 MiB, got {mem}")
+
+
 CONTRACT_VERDICTS = ("binds", "breaks", "undecided")
 CONTRACT_PAIR_TEXT = ("id", "caller", "caller_version", "callee", "callee_version")
 CONTRACT_SITE_TEXT = ("pair", "kind", "site", "symbol", "reason")
@@ -288,6 +339,17 @@ def validate_snapshot(doc: Any, path: Union[str, Path] = "<snapshot>", text: Opt
             hint="upgrade attn-doctor, or re-create the snapshot with this version's `attn-doctor probe --format json`",
         )
 
+    unknown_keys = [k for k in out if k not in SECTIONS]
+    if unknown_keys:
+        import difflib
+
+        key = unknown_keys[0]
+        close = difflib.get_close_matches(key, SECTIONS, n=1)
+        raise ck.fail(
+            [key],
+            f"unknown section {key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
+            hint="a snapshot holds " + ", ".join(SECTIONS) + "; is this a snapshot file?",
+        )
     for key in TOP_MAPS:
         if key in out:
             out[key] = ck.str_map(out[key], [key])
@@ -308,6 +370,7 @@ def validate_snapshot(doc: Any, path: Union[str, Path] = "<snapshot>", text: Opt
         out["imports"] = _check_imports(ck, out["imports"])
     if "contracts" in out:
         out["contracts"] = _check_contracts(ck, out["contracts"])
+    _check_versions(ck, out)
     return out
 
 
@@ -321,7 +384,7 @@ def parse_snapshot(text: str, path: Union[str, Path] = "<snapshot>") -> Dict[str
     doc: Any
     if not as_yaml:
         try:
-            doc = json.loads(text)
+            doc = parse_document(text, "json", name=name, hint=RECREATE)
         except json.JSONDecodeError as exc:
             if suffix == ".json" or text.lstrip()[:1] in ("{", "["):
                 raise InputError(f"invalid JSON: {exc.msg}", path=name, line=exc.lineno, hint=RECREATE) from None
@@ -339,28 +402,8 @@ def _parse_yaml(text: str, name: str) -> Any:
 
 def load_snapshot(path: Union[str, Path]) -> Dict[str, Any]:
     """Read a snapshot file. Raises InputError (exit 2) with file and line on any problem."""
-    p = Path(path)
-    name = str(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise InputError(
-            "no such snapshot file",
-            path=name,
-            hint="create one with `attn-doctor probe --format json > FILE`",
-        ) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, not a snapshot file", path=name) from None
-    except PermissionError:
-        raise InputError("cannot read the snapshot: permission denied", path=name) from None
-    except OSError as exc:
-        raise InputError(f"cannot read the snapshot: {exc.strerror or exc}", path=name) from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise InputError("not UTF-8 text (is this a snapshot file?)", path=name, line=line, hint=RECREATE) from None
-    return parse_snapshot(text, name)
+    text = read_text(path, what="snapshot file", hint=RECREATE)
+    return parse_snapshot(text, str(path))
 
 
 def _section(cls: type, data: Any) -> Any:

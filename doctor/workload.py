@@ -249,52 +249,115 @@ def load_workload_file(path: Path, base: Optional[Workload] = None) -> Workload:
 def _model_config_path(path: Path) -> Path:
     if path.is_dir():
         path = path / "config.json"
-    if not path.is_file():
+    if not path.exists():
         raise InputError("model config not found", path=str(path), hint="pass a config.json or a model folder holding one")
     return path
 
 
-def workload_from_model(path: Path) -> Dict[str, Any]:
+def workload_from_model(path: Path, overridden: Tuple[str, ...] = ()) -> Dict[str, Any]:
     """Workload keys derived from a Hugging Face config.json (no network, read as JSON)."""
     cfg_path = _model_config_path(path)
+    from doctor.bounded import load_document
+
     try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        cfg, _ = load_document(cfg_path, "json", what="model config")
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON: {exc.msg}", path=str(cfg_path), line=exc.lineno) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", path=str(cfg_path)) from None
     if not isinstance(cfg, dict):
         raise InputError("config.json must be a JSON object", path=str(cfg_path), line=1)
-    text_cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else None
+    return _model_keys(cfg, str(cfg_path), overridden)
+
+
+_HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads", "num_heads")
+_KV_KEYS = ("num_key_value_heads", "num_kv_heads", "multi_query_group_num")
+_HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model")  # d_model: MPT
+_MODEL_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "half": "float16", "float32": "float32", "float": "float32"}
+
+
+def _first(c: Mapping[str, Any], keys: Tuple[str, ...]) -> Tuple[Optional[str], Any]:
+    for k in keys:
+        if c.get(k) is not None:
+            return k, c[k]
+    return None, None
+
+
+def _model_keys(cfg: Mapping[str, Any], where: str, overridden: Tuple[str, ...] = ()) -> Dict[str, Any]:
+    """Workload keys from a config.json. A value that is there but cannot be used is an input
+    error naming the key: a model's workload is never silently replaced by the default profile."""
+
+    def bad(key: str, value: Any, why: str) -> InputError:
+        return InputError(f"{key}={value!r}: {why}", path=where, hint="fix the config, or pass the workload as flags / -w")
+
+    def pos_int(key: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise bad(key, value, "expected a positive integer")
+        return value
+
+    text_cfg = cfg.get("text_config")
+    if text_cfg is not None and not isinstance(text_cfg, dict):
+        raise bad("text_config", text_cfg, "expected a JSON object (the language model's config)")
     c = {**cfg, **(text_cfg or {})}
     out: Dict[str, Any] = {}
-    heads = c.get("num_attention_heads") or c.get("n_head") or c.get("n_heads") or c.get("num_heads")
-    if heads is not None and (isinstance(heads, bool) or not isinstance(heads, int) or heads < 1):
-        raise InputError(f"num_attention_heads={heads!r}: expected a positive integer", path=str(cfg_path))
-    if isinstance(heads, int):
-        out["num_heads"] = heads
-        kv = c.get("num_key_value_heads") or c.get("num_kv_heads") or c.get("multi_query_group_num")
-        if c.get("multi_query") is True:
-            kv = 1
-        out["num_kv_heads"] = kv if isinstance(kv, int) and kv > 0 else heads
-    if isinstance(c.get("qk_nope_head_dim"), int) and isinstance(c.get("qk_rope_head_dim"), int):
-        out["head_dim_qk"] = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
-        out["head_dim_v"] = c.get("v_head_dim") or c["qk_nope_head_dim"]
-    elif isinstance(c.get("head_dim"), int):
-        out["head_dim"] = c["head_dim"]
-    elif isinstance(heads, int):
-        hidden = c.get("hidden_size") or c.get("n_embd") or c.get("d_model")  # d_model: MPT
-        if isinstance(hidden, int) and hidden % heads == 0:
-            out["head_dim"] = hidden // heads
+    head_key, heads = _first(c, _HEAD_KEYS)
+    if head_key is None:
+        raise InputError(
+            "not a model config: no num_attention_heads (or n_head)",
+            path=where,
+            hint="pass the model's config.json (not generation_config.json or tokenizer_config.json), or the workload as flags / -w",
+        )
+    heads = pos_int(head_key, heads)
+    out["num_heads"] = heads
+    kv_key, kv = _first(c, _KV_KEYS)
+    if c.get("multi_query") is True:
+        kv_key, kv = "multi_query", 1
+    if kv_key is not None:
+        kv = pos_int(kv_key, kv)
+        if kv > heads or heads % kv:
+            raise bad(kv_key, kv, f"must divide {head_key}={heads}")
+    out["num_kv_heads"] = kv if kv_key is not None else heads
+    mla_keys = [k for k in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim") if c.get(k) is not None]
+    if mla_keys:
+        dims = {k: pos_int(k, c[k]) if not (k == "qk_rope_head_dim" and c[k] == 0) else 0 for k in mla_keys}
+        if "qk_nope_head_dim" not in dims or "qk_rope_head_dim" not in dims:
+            missing = "qk_nope_head_dim" if "qk_nope_head_dim" not in dims else "qk_rope_head_dim"
+            raise InputError(f"{missing} is missing next to {', '.join(mla_keys)} (an MLA config needs both)", path=where)
+        out["head_dim_qk"] = dims["qk_nope_head_dim"] + dims["qk_rope_head_dim"]
+        out["head_dim_v"] = dims.get("v_head_dim", dims["qk_nope_head_dim"])
+    elif c.get("head_dim") is not None:
+        out["head_dim"] = pos_int("head_dim", c["head_dim"])
+    else:
+        hidden_key, hidden = _first(c, _HIDDEN_KEYS)
+        if hidden_key is None:
+            raise InputError(
+                f"no head_dim and no hidden_size to derive it from ({head_key}={heads})",
+                path=where,
+                hint="add head_dim to the config, or pass --head-dim",
+            )
+        hidden = pos_int(hidden_key, hidden)
+        if hidden % heads:
+            raise bad(hidden_key, hidden, f"is not a multiple of {head_key}={heads}, so the head dim is unknown")
+        out["head_dim"] = hidden // heads
     window = c.get("sliding_window")
-    if isinstance(window, int) and window > 0 and c.get("use_sliding_window", True) is not False:
-        out["window_size"] = [window - 1, 0]
+    if window is not None and c.get("use_sliding_window", True) is not False:
+        if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+            raise bad("sliding_window", window, "expected a window length (integer >= 0) or null")
+        if window > 0:
+            out["window_size"] = [window - 1, 0]
     softcap = c.get("attn_logit_softcapping")
-    if isinstance(softcap, (int, float)) and softcap:
-        out["softcap"] = float(softcap)
-    dtype = c.get("torch_dtype") or c.get("dtype")
-    if isinstance(dtype, str) and dtype.replace("torch.", "") in ("bfloat16", "float16", "float32"):
-        out["dtype"] = dtype.replace("torch.", "")
+    if softcap is not None:
+        if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or softcap < 0:
+            raise bad("attn_logit_softcapping", softcap, "expected a number >= 0 or null")
+        if softcap:
+            out["softcap"] = float(softcap)
+    dtype_key, dtype = _first(c, ("torch_dtype", "dtype"))
+    if dtype_key is not None and "dtype" not in overridden:
+        name = str(dtype).replace("torch.", "")
+        if name.startswith("float8"):
+            out["dtype"] = "fp8"
+        elif name in _MODEL_DTYPES:
+            out["dtype"] = _MODEL_DTYPES[name]
+        elif name != "auto":
+            raise bad(dtype_key, dtype, "not a dtype attention runs in (bfloat16, float16, float32, float8_*); pass --dtype")
     if isinstance(cfg.get("model_type"), str) and re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", cfg["model_type"]):
         out["model_type"] = cfg["model_type"]  # the outer model's family, not its text_config's
     impl = c.get("_attn_implementation") or c.get("attn_implementation")
@@ -310,7 +373,8 @@ def workload_from_model(path: Path) -> Dict[str, Any]:
     if uses_alibi:
         out["alibi"] = True
     max_pos = c.get("max_position_embeddings")
-    if isinstance(max_pos, int) and max_pos > 0:
+    if max_pos is not None:
+        max_pos = pos_int("max_position_embeddings", max_pos)
         out["seq_len"] = min(max_pos, 4096)
     return out
 
@@ -325,7 +389,8 @@ def resolve_workload(
     w = default_workload()
     sources = []
     if model is not None:
-        w = build(workload_from_model(model), base=w, source=f"model {model}", path=str(model))
+        given_flags = tuple(k for k, v in (flags or {}).items() if v is not None)
+        w = build(workload_from_model(model, given_flags), base=w, source=f"model {model}", path=str(model))
         sources.append(f"model {model}")
     for name, keys in configs:
         if keys:

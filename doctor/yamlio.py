@@ -62,8 +62,11 @@ def load_yaml(text: str, name: str, *, error: Type[InputError] = InputError, hin
     loader = _LOADERS.get(error)
     if loader is None:
         loader = _LOADERS[error] = _make_loader(error)
+    from doctor.bounded import parse_document
+
     try:
-        return yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader subclass
+        # size, nesting and alias-expansion limits first (doctor/bounded.py), then a safe loader
+        return parse_document(text, "yaml", name=name, yaml_loader=loader, error=error, hint=hint)
     except InputError as exc:
         exc.path = name
         raise
@@ -80,14 +83,9 @@ def load_yaml(text: str, name: str, *, error: Type[InputError] = InputError, hin
 
 def read_yaml(path: Path, *, what: str = "file", error: Type[InputError] = InputError) -> Any:
     """Read and parse a YAML (or JSON) file; `what` names it in errors ("workload file")."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error(f"{what} not found", path=str(path)) from None
-    except IsADirectoryError:
-        raise error(f"is a directory, not a {what}", path=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise error(f"cannot read: {exc}", path=str(path)) from None
+    from doctor.bounded import read_text
+
+    text = read_text(path, what=what, error=error, not_found=f"{what} not found")  # regular files only, bounded
     return load_yaml(text, str(path), error=error)
 
 

@@ -255,6 +255,13 @@ def _sync(device: Any) -> None:
         torch.cuda.synchronize()
 
 
+def timing_fields(flops: float, ms: float) -> Dict[str, float]:
+    """ms and TFLOP/s to 4 significant digits: a small case on a slow or busy machine still
+    reports a positive rate (rounding to fixed decimals turned 0.0004 TFLOP/s into 0.0)."""
+    ms = max(ms, 1e-9)
+    return {"ms": float(f"{ms:.4g}"), "tflops": float(f"{flops / (ms * 1e-3) / 1e12:.4g}")}
+
+
 def time_case(fn: Any, inp: Any, fwdbwd: bool, device: Any,
               budget_s: float = 0.1, max_reps: int = 20) -> float:
     """Median milliseconds of one call (forward, or forward + backward)."""
@@ -360,8 +367,7 @@ def run_case(spec: Mapping[str, Any], device: Any,
                 res["detail"] += "; dropout " + note
         if res["status"] == "passed" and spec.get("bench"):
             ms = time_case(fn, inp, fwdbwd, device)
-            res["ms"] = round(ms, 4)
-            res["tflops"] = float(f"{ref.attention_flops(spec) / (ms * 1e-3) / 1e12:.4g}")
+            res.update(timing_fields(ref.attention_flops(spec), ms))
     except Exception as exc:
         fatal = _is_fatal(exc)
         res.update(status="crashed" if fatal else "failed",

@@ -16,12 +16,12 @@ ROOT = Path(__file__).resolve().parent.parent / "doctor"
 # Lower layers first; a module may import its own layer and the ones before it.
 LAYERS = [
     {"doctor.errors", "doctor.model", "doctor.resources", "doctor.cachedir", "doctor"},
-    {"doctor.versions", "doctor.yamlio"},
+    {"doctor.versions", "doctor.yamlio", "doctor.bounded"},
     {"doctor.probe", "doctor.snapshot"},
     {"doctor.workload", "doctor.configs", "doctor.releases"},
     {"doctor.rules", "doctor.assume"},
     {"doctor.fix", "doctor.verify"},
-    {"doctor.report", "doctor.cluster"},
+    {"doctor.report", "doctor.cluster", "doctor.fleet"},
     {"doctor.app"},
     {"doctor.commands", "doctor.cli", "doctor.__main__"},
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -44,7 +45,7 @@ def check(
         raise InputError(f"--fail-on {fail_on!r}", hint="use error, warning or info")
     if timeout <= 0:
         raise InputError(f"--timeout {timeout:g}: must be a positive number of seconds")
-    flags = parse_workload_flags(ctx.args)
+    flags = parse_workload_flags(ctx.args, "check")
     style = Style.for_terminal(verbose=verbose, fail_on=fail_on, strict=strict)
     if distributed:
         from doctor.commands.cluster import run_cluster_check
@@ -53,8 +54,11 @@ def check(
             workload_file=workload, model=model, flags=flags, format=format, style=style,
             kernels=not no_kernels, timeout_s=timeout,
         )
+    env_files, skipped = core.expand_env_files(env or [])
+    for path, why in skipped:
+        sys.stderr.write(f"attn-doctor: skipped {path}: {why}\n")
     opts = check_options(
-        env=core.expand_env_files(env or []), workload=workload, model=model, extra_args=ctx.args, assume=assume,
+        env=env_files, workload=workload, model=model, extra_args=ctx.args, assume=assume, command="check",
         assume_env=assume_env, rules_dir=rules_dir, static=static, configs=tuple(config or ()), kernels=not no_kernels, kernels_only=kernels_only,
     )
     observer = None

@@ -44,7 +44,7 @@ def fix(
         raise InputError("--output, --constraints and --dry-run go with --pin", hint="add --pin")
     opts = core.FixOptions(
         check=check_options(
-            env=env or (), workload=workload, model=model, extra_args=ctx.args, assume=assume,
+            env=env or (), workload=workload, model=model, extra_args=ctx.args, assume=assume, command="fix",
             assume_env=assume_env, rules_dir=rules_dir, static=static, configs=tuple(config or ()), releases=releases,
         ),
         verify_args=tuple(_input_args(env, workload, model, rules_dir, ctx.args, assume, assume_env, config)),
@@ -96,7 +96,10 @@ def _write_pins(plan: "FixPlan", path: Path, constraints: bool, dry_run: bool, f
     for w in result.warnings:
         sys.stderr.write(f"attn-doctor: warning: {w}\n")
     if dry_run:
-        (sys.stderr if format == "json" else sys.stdout).write(result.diff or f"{path}: no change\n")
+        from doctor.probe.envvars import scrub
+
+        diff = "".join(scrub(line) for line in (result.diff or "").splitlines(keepends=True))
+        (sys.stderr if format == "json" else sys.stdout).write(diff or f"{path}: no change\n")
     elif not result.changed:
         sys.stderr.write(f"attn-doctor: {path} already has these pins\n")
     else:

@@ -28,7 +28,12 @@ WORKLOAD_FLAGS_HELP = (
 )
 
 
-def parse_workload_flags(args: Sequence[str]) -> Dict[str, Any]:
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def parse_workload_flags(args: Sequence[str], command: str = "check") -> Dict[str, Any]:
+    help_hint = f"see `attn-doctor {command} --help` for the workload flags"
     out: Dict[str, Any] = {}
     cp: Dict[str, Any] = {}
     rest: List[str] = list(args)
@@ -36,20 +41,31 @@ def parse_workload_flags(args: Sequence[str]) -> Dict[str, Any]:
     while i < len(rest):
         arg = rest[i]
         if not arg.startswith("--"):
-            raise InputError(f"unexpected argument {arg!r}", hint="see `attn-doctor check --help`")
+            raise InputError(f"unexpected argument {arg!r}", hint=f"see `attn-doctor {command} --help`")
         name, eq, inline = arg[2:].partition("=")
         key = name.replace("-", "_")
         negate = False
         if key.startswith("no_") and key[3:] in BOOL_KEYS:
             key, negate = key[3:], True
-        if key == "inference":
-            out["training"] = False
+        if key in ("inference", "no_inference"):
+            if eq:
+                raise InputError(f"{arg}: --inference takes no value (use --inference or --training)")
+            out["training"] = key == "no_inference"
             i += 1
             continue
         if key not in FLAG_KEYS:
-            raise InputError(f"no such option: {arg}", hint=WORKLOAD_FLAGS_HELP)
+            import difflib
+
+            close = difflib.get_close_matches(key, FLAG_KEYS + ("inference",), n=1)
+            guess = f"did you mean --{close[0].replace('_', '-')}? " if close else ""
+            raise InputError(f"no such option: {arg}", hint=guess + help_hint)
         if key in BOOL_KEYS:
-            out[key] = (inline.lower() not in ("0", "false", "no")) if eq else not negate
+            if eq and (negate or inline.lower() not in _TRUE + _FALSE):
+                raise InputError(
+                    f"{arg}: expected --{name} (on), --{name}=true or --{name}=false",
+                    hint=f"--no-{key.replace('_', '-')} turns it off",
+                )
+            out[key] = (inline.lower() in _TRUE) if eq else not negate
             i += 1
             continue
         if eq:
@@ -73,6 +89,11 @@ def parse_workload_flags(args: Sequence[str]) -> Dict[str, Any]:
             cp["impl"] = value
         else:
             out[key] = value
+    if "comm_type" in cp and "size" not in cp:
+        raise InputError(
+            f"--cp-comm-type {cp['comm_type']} needs --cp-size N (N >= 2): without it there is no context parallelism",
+            hint="add --cp-size, e.g. --cp-size 2",
+        )
     if cp:
         out["context_parallel"] = cp
     return out
@@ -88,6 +109,7 @@ def check_options(
     assume_env: Optional[Sequence[str]],
     rules_dir: Optional[Sequence[Path]],
     static: bool,
+    command: str = "check",
     **more: Any,
 ) -> "CheckOptions":
     """The options `check` and `fix` share, from their flags (workload flags parsed here)."""
@@ -97,7 +119,7 @@ def check_options(
         env_files=tuple(env),
         workload_file=workload,
         model=model,
-        workload_flags=parse_workload_flags(extra_args),
+        workload_flags=parse_workload_flags(extra_args, command),
         assume=tuple(assume or ()),
         assume_env=tuple(assume_env or ()),
         rules_dirs=tuple(rules_dir or ()),

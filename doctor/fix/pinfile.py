@@ -21,6 +21,7 @@ What an update keeps and changes:
 from __future__ import annotations
 
 import difflib
+import glob
 import os
 import re
 import shutil
@@ -260,6 +261,37 @@ def _read_existing(path: Path) -> Optional[str]:
         raise WriteError(f"{path} is not UTF-8 text; not touched") from None
 
 
+NOT_REQUIREMENTS = (".toml", ".cfg", ".py", ".lock", ".json", ".yaml", ".yml", ".ini")
+_TABLE = re.compile(r"^\s*\[{1,2}[A-Za-z0-9_.\"' -]+\]{1,2}\s*(#.*)?$")
+STALE_TMP_S = 60.0  # a leftover temporary file older than this is from a killed earlier run
+
+
+def _refuse_other_formats(path: Path, old: Optional[str], pins: Sequence["Pinned"]) -> None:
+    """--pin writes pip requirement lines: refuse files that are not requirements files
+    (pyproject.toml, setup.cfg, Pipfile, lock files), which those lines would corrupt."""
+    toml_like = old is not None and any(_TABLE.match(line) for line in old.splitlines())
+    if path.suffix.lower() in NOT_REQUIREMENTS or path.name in ("Pipfile", "setup.py") or toml_like:
+        wanted = " ".join(f'"{p.name}=={p.version}"' for p in pins)
+        raise WriteError(
+            f"{path} is not a requirements file: --pin writes pip requirement lines, which would corrupt it; not touched",
+            hint=f"write a constraints file (`--pin --constraints -o constraints.txt`, then `pip install -c constraints.txt .`)"
+            f" or change the project's dependencies by hand to {wanted}",
+        )
+
+
+def _remove_stale_tmp(parent: Path, name: str) -> None:
+    """Remove hidden temporary files a killed earlier write of `name` left behind."""
+    import time
+
+    now = time.time()
+    for leftover in parent.glob(f".{glob.escape(name)}.*.tmp"):
+        try:
+            if leftover.is_file() and not leftover.is_symlink() and now - leftover.stat().st_mtime > STALE_TMP_S:
+                leftover.unlink()
+        except OSError:
+            pass
+
+
 def write_pinfile(path: Path, pins: Sequence[Pinned], *, constraints: bool = False, dry_run: bool = False) -> PinResult:
     """Update (or create) `path` with `pins`. The old file is intact whenever this raises.
 
@@ -270,7 +302,18 @@ def write_pinfile(path: Path, pins: Sequence[Pinned], *, constraints: bool = Fal
     if path.exists() and not path.is_file():
         raise WriteError(f"cannot write {path}: not a regular file", hint="pass a requirements file path with -o")
     old = _read_existing(path)
-    new, warnings = render_pinfile(old, pins, constraints=constraints, base_dir=path.parent)
+    from doctor.fix.pyproject import is_pyproject, render_pyproject
+
+    if path.suffix.lower() == ".toml" and old is not None and is_pyproject(old):
+        if constraints:
+            raise WriteError(
+                f"{path}: constraints go in a file of their own, not into pyproject.toml; not touched",
+                hint="`--pin --constraints -o constraints.txt`, then `pip install -c constraints.txt .`",
+            )
+        new, warnings = render_pyproject(old, pins)
+    else:
+        _refuse_other_formats(path, old, pins)
+        new, warnings = render_pinfile(old, pins, constraints=constraints, base_dir=path.parent)
     diff = "".join(
         difflib.unified_diff(
             (old or "").splitlines(keepends=True),
@@ -285,6 +328,7 @@ def write_pinfile(path: Path, pins: Sequence[Pinned], *, constraints: bool = Fal
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise WriteError(f"cannot write {path}: {parent} is not a directory", hint="the old file, if any, is unchanged")
+    _remove_stale_tmp(parent, path.name)
     backup: Optional[Path] = None
     tmp_name: Optional[str] = None
     try:

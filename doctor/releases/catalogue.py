@@ -13,7 +13,6 @@ fix planner uses. Lookups are cached per process and directory.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -171,9 +170,12 @@ class ReleaseCatalogue:
 
 
 def _read(path: Path) -> Dict[str, Any]:
+    from doctor.bounded import load_document
+    from doctor.errors import InputError
+
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        doc, _ = load_document(path, "json", what="release catalogue file")
+    except (InputError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}
 

@@ -270,9 +270,12 @@ def refresh(
 
 
 def _read_json(path: Path) -> Dict[str, Any]:
+    from doctor.bounded import load_document
+    from doctor.errors import InputError
+
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        doc, _ = load_document(path, "json", what="release catalogue file")
+    except (InputError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}
 

@@ -75,6 +75,15 @@ def report_dict(report: Report) -> Dict[str, Any]:
         "kernels": [asdict(c) for c in report.kernels],
         "kernel_summary": [list(x) for x in report.kernel_summary],
         "rules": [{"rule_id": rid, "status": st} for rid, st in report.rule_results],
+        "hosts": [
+            {
+                "host": h.label,
+                "source": h.source,
+                "findings": [{"rule_id": r, "severity": sev, "status": st} for r, sev, st in h.findings],
+                "backends_undecided": list(h.undecided),
+            }
+            for h in report.hosts
+        ],
     }
 
 

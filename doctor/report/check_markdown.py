@@ -8,7 +8,7 @@ from doctor import __version__
 from doctor.model import Report
 from doctor.report.summary import area_lines, backends_by_framework, counts, describe_workload
 
-_ICON = {"ok": "✅", "warning": "⚠️", "error": "❌", "unknown": "❔"}
+_ICON = {"ok": "✅", "warning": "⚠️", "error": "❌", "info": "ℹ️", "unknown": "❔"}
 
 
 def _cell(text: str) -> str:
@@ -27,6 +27,10 @@ def render_check_markdown(report: Report) -> str:
     out += [f"- {note}" for note in report.notes]
     if report.assumed:
         out.append(f"Assuming: `{', '.join(report.assumed)}`")
+    if report.hosts:
+        from doctor.fleet import host_lines
+
+        out += ["", "Per host:", ""] + [f"- {_cell(line)}" for line in host_lines(report)]
     out += ["", "| | Area | Status |", "|---|---|---|"]
     for a in area_lines(report):
         out.append(f"| {_ICON[a.mark]} | {_cell(a.title)} | {_cell(a.detail)} |")
@@ -39,7 +43,7 @@ def render_check_markdown(report: Report) -> str:
         out.append(f.message)
         out.append("")
         for e in f.evidence:
-            out.append(f"- kernel: {e}")
+            out.append(f"- evidence: {e}")
         for fix in f.fixes:
             line = f"- **Fix:** {fix.description}"
             if fix.planned:

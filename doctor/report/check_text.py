@@ -66,7 +66,15 @@ def _finding(f: Finding, verbose: bool) -> List[object]:
     return [line for line in out if line]
 
 
-def render_check(report: Report, *, verbose: bool = False, color: bool = False, width: int = 100) -> str:
+def render_check(
+    report: Report,
+    *,
+    verbose: bool = False,
+    color: bool = False,
+    width: int = 100,
+    fail_on: str = "error",
+    strict: bool = False,
+) -> str:
     buf = io.StringIO()
     console = Console(
         file=buf,
@@ -91,6 +99,13 @@ def render_check(report: Report, *, verbose: bool = False, color: bool = False, 
         pr(f"[dim]{escape(note)}[/]")
     if report.assumed:
         pr(f"[yellow]assuming:[/] {escape(', '.join(report.assumed))}")
+    if report.hosts:
+        from doctor.fleet import host_lines
+
+        pr("")
+        pr(f"[bold]Per host[/] (exit code: the worst host, --fail-on {fail_on}{', --strict' if strict else ''})")
+        for host_line in host_lines(report, fail_on, strict):
+            pr(Padding(Text(host_line), (0, 0, 0, 2)))
     pr("")
     for line in area_lines(report):
         mark = MARKS[line.mark][0 if color else 1]

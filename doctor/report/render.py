@@ -46,7 +46,7 @@ Formatter = Callable[[Any, Style], str]
 def _check_text(report: Any, style: Style) -> str:
     from doctor.report.check_text import render_check
 
-    return render_check(report, verbose=style.verbose, color=style.color, width=style.width)
+    return render_check(report, verbose=style.verbose, color=style.color, width=style.width, fail_on=style.fail_on, strict=style.strict)
 
 
 def _check_json(report: Any, style: Style) -> str:

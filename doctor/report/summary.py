@@ -102,7 +102,11 @@ def area_lines(report: Report) -> List[AreaLine]:
     fs = by_area.pop("gpu", [])
     lines.append(AreaLine("gpu", worst(fs) if (fs or known) else "unknown", AREA_TITLES["gpu"], detail))
     fs = by_area.pop("cuda", [])
-    lines.append(AreaLine("cuda", worst(fs), AREA_TITLES["cuda"], _cuda_detail(report)))
+    cuda_detail = _cuda_detail(report)
+    cuda_mark = worst(fs)
+    if cuda_mark == "ok" and (report.facts.torch.version is None or cuda_detail == "unknown"):
+        cuda_mark = "unknown"  # nothing was checked here: no torch (or nothing known), no green mark
+    lines.append(AreaLine("cuda", cuda_mark, AREA_TITLES["cuda"], cuda_detail))
     pkgs = report.facts.packages or {}
     for fw in FRAMEWORK_AREAS:
         fs = by_area.pop(fw, [])
@@ -114,6 +118,8 @@ def area_lines(report: Report) -> List[AreaLine]:
         mark = worst(fs)
         if det == "no backend for this workload" and mark == "ok":
             mark = "warning"  # an error only where a finding says this framework is in use
+        elif det is not None and det.startswith("backend choice undecided") and mark == "ok":
+            mark = "unknown"
         lines.append(AreaLine(fw, mark, title, det or ""))
     kernel_findings = by_area.pop("kernels", [])
     for area in sorted(by_area):
@@ -154,6 +160,16 @@ def describe_workload(w: Workload) -> str:
         parts.append(f"window {list(w.window_size or ())}")
     if w.softcap:
         parts.append(f"softcap {w.softcap:g}")
+    if w.alibi:
+        parts.append("alibi")
+    if w.dropout:
+        parts.append(f"dropout {w.dropout:g}")
+    if w.fp8 and w.dtype != "fp8":
+        parts.append("fp8")
+    if w.deterministic:
+        parts.append("deterministic")
+    if w.qkv_format != "bshd":
+        parts.append(w.qkv_format)
     if w.qkv_packed:
         parts.append("packed qkv")
     if w.packing != "padded":
