@@ -403,6 +403,11 @@ def resolve_workload(
     if given:
         w = build(given, base=w, source="flags")
         sources.append("flags")
+        cp_flags = given.get("context_parallel") or {}
+        if isinstance(cp_flags, Mapping) and w.cp_size <= 1 and ("comm_type" in cp_flags or "impl" in cp_flags):
+            # a comm type with no CP size anywhere (flags, workload file, config) would be dropped silently
+            what = f"--cp-comm-type {cp_flags['comm_type']}" if "comm_type" in cp_flags else f"--cp-impl {cp_flags['impl']}"
+            raise InputError(f"{what} needs a context-parallel size >= 2: without it there is no context parallelism", hint="add --cp-size, e.g. --cp-size 2")
     if sources:
         w = replace(w, source=" + ".join(sources))
     return w

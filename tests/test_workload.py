@@ -116,3 +116,19 @@ def test_bad_head_count_in_model_config_is_an_error(tmp_path: Path) -> None:
     p.write_text(json.dumps({"num_attention_heads": 8.5, "hidden_size": 4096}))
     with pytest.raises(InputError, match="positive integer"):
         resolve_workload(model=p)
+
+
+def test_a_comm_type_flag_keeps_the_cp_size_of_the_workload_file(tmp_path: Path) -> None:
+    """`--cp-comm-type a2a` over a workload file with context_parallel.size 2 changes only the
+    comm type (what a fix's re-check command passes); with no size anywhere it is an error."""
+    from doctor.errors import InputError
+    from doctor.workload import resolve_workload
+
+    wl = tmp_path / "w.yaml"
+    wl.write_text("context_parallel: {size: 2, comm_type: p2p}\n", encoding="utf-8")
+    w = resolve_workload(workload_file=wl, flags={"context_parallel": {"comm_type": "a2a"}})
+    assert (w.cp_size, w.cp_comm_type) == (2, "a2a")
+    import pytest
+
+    with pytest.raises(InputError, match="needs a context-parallel size"):
+        resolve_workload(flags={"context_parallel": {"comm_type": "a2a"}})

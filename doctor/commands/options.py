@@ -89,11 +89,6 @@ def parse_workload_flags(args: Sequence[str], command: str = "check") -> Dict[st
             cp["impl"] = value
         else:
             out[key] = value
-    if "comm_type" in cp and "size" not in cp:
-        raise InputError(
-            f"--cp-comm-type {cp['comm_type']} needs --cp-size N (N >= 2): without it there is no context parallelism",
-            hint="add --cp-size, e.g. --cp-size 2",
-        )
     if cp:
         out["context_parallel"] = cp
     return out

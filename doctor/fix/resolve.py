@@ -32,10 +32,7 @@ from packaging.version import InvalidVersion, Version
 
 from doctor.releases.catalogue import ReleaseCatalogue, torch_bundle
 
-try:  # pragma: no cover - which copy depends on the environment
-    import resolvelib as _rl
-except ImportError:  # pragma: no cover
-    from pip._vendor import resolvelib as _rl
+import resolvelib as _rl
 
 
 @dataclass(frozen=True)
@@ -296,7 +293,7 @@ def resolve(
         if key not in root_ids and cand.name not in {r.name for r in roots}:
             pulled.append(cand.name)
         for child in result.graph.iter_children(key):
-            if child not in seen:
+            if child is not None and child not in seen:
                 seen.add(child)
                 todo.append(child)
     before = set(_pip_check(meta, inst))

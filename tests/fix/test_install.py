@@ -40,8 +40,7 @@ def _specs() -> List[Any]:
         if rule.disables or not any(f.checkable for f in rule.fixes):
             continue
         for i, case in enumerate(rule.tests["fires"]):
-            marks = [pytest.mark.xfail(reason="the plan's re-check passes --cp-comm-type a2a, which check refuses after main's hardening merge; not yet looked at", strict=False)] if rule.id == "TE-CP-SLIDING-WINDOW-COMM-TYPE" else []
-            out.append(pytest.param(("case", rule.id, case), id=f"{rule.id}-{i}", marks=marks))
+            out.append(pytest.param(("case", rule.id, case), id=f"{rule.id}-{i}"))
     import yaml
 
     for path in sorted(FIELD.glob("*/*.yaml")):
