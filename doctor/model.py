@@ -418,6 +418,8 @@ class CallPath:
     def describe(self, packages: Optional[Mapping[str, str]] = None) -> str:
         """One line: `transformers 4.44.2 (qwen2) -> flash_attention_2 -> flash-attn 2.6.3 varlen; CP: none`."""
         pk = packages or {}
+        if self.framework is None and self.library is None:
+            return f"not known: no framework that dispatches attention is installed or given (--framework, --config); CP: {self.cp_impl}"
 
         def versioned(name: Optional[str], dist: Optional[str] = None) -> str:
             if name is None:
