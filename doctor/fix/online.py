@@ -13,7 +13,6 @@ snapshot is the offline resolver's job (doctor.fix.resolve).
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -25,11 +24,11 @@ Runner = Callable[[Sequence[str]], Tuple[int, str, str]]
 
 
 def _run(argv: Sequence[str]) -> Tuple[int, str, str]:
-    try:
-        p = subprocess.run(list(argv), capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return 1, "", str(exc)
-    return p.returncode, p.stdout, p.stderr
+    """pip, through the probe's subprocess runner (a timeout kills pip's whole process group)."""
+    from doctor.probe.sources import run_command
+
+    r = run_command(argv, timeout=600)
+    return (1 if r.returncode is None else r.returncode), r.stdout, r.stderr or (r.error or "")
 
 
 @dataclass(frozen=True)

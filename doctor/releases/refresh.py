@@ -19,7 +19,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import re
-import subprocess
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -77,11 +76,11 @@ def _public(versions: Iterable[str]) -> List[str]:
 
 
 def _default_runner(argv: Sequence[str]) -> Tuple[int, str, str]:
-    try:
-        p = subprocess.run(list(argv), capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return 1, "", str(exc)
-    return p.returncode, p.stdout, p.stderr
+    """pip, through the probe's subprocess runner (a timeout kills pip's whole process group)."""
+    from doctor.probe.sources import run_command
+
+    r = run_command(argv, timeout=120)
+    return (1 if r.returncode is None else r.returncode), r.stdout, r.stderr or (r.error or "")
 
 
 def _default_fetcher(url: str) -> Any:
