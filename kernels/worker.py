@@ -6,7 +6,6 @@ Protocol (docs/kernels.md): stdin carries one JSON document
 and stdout carries one JSON object per line:
     {"event": "hello", ...}                     interpreter up, before torch is imported
     {"event": "env", ...}                       torch imported, CUDA initialised; versions
-    {"event": "preloaded", ...}                 (--warm only) cuDNN loaded by one tiny call
     {"event": "ask", "name": ..., "answers": [...]}   a library's own pick (request "ask")
     {"event": "start", "id": ...}               a case begins (so a crash can be pinned on it)
     {"event": "result", "id": ..., "status": ...}
@@ -444,29 +443,6 @@ def ask_libraries(proto: Protocol, asks: List[Mapping[str, Any]], device: Any) -
     proto.send("asked", seconds=round(time.time() - t0, 4))
 
 
-def preload(device: Any) -> Dict[str, Any]:
-    """Warm mode only: load what the first cases would otherwise load lazily (cuDNN's engine
-    libraries, a few seconds on first use) with one tiny cuDNN SDPA call, while `check` is
-    still probing. A refusal is fine; an error that poisons the context ends this worker and
-    the runner starts a fresh one, so no case runs in a damaged context."""
-    import torch
-
-    t0 = time.time()
-    if getattr(device, "type", None) != "cuda":
-        return {"seconds": 0.0, "ok": False, "detail": "not a CUDA device"}
-    try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        q = torch.randn(1, 2, 64, 64, device=device, dtype=torch.bfloat16, requires_grad=True)
-        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-            torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
-        torch.cuda.synchronize()
-        return {"seconds": round(time.time() - t0, 4), "ok": True}
-    except Exception as exc:  # a refusal or an old torch: nothing to preload
-        return {"seconds": round(time.time() - t0, 4), "ok": False, "fatal": _is_fatal(exc),
-                "detail": f"{type(exc).__name__}: {str(exc)[:200]}"}
-
-
 # --------------------------------------------------------------------------- main
 
 
@@ -492,12 +468,6 @@ def main() -> int:
 
     warm = sys.argv[2] if len(sys.argv) > 2 and sys.argv[1] == "--warm" else None
     device: Any = start(warm) if warm is not None else None
-    if warm is not None and device is not None:
-        loaded = preload(device)
-        proto.send("preloaded", **loaded)
-        if loaded.get("fatal"):
-            sys.stderr.write("worker: CUDA context unusable after the preload; exiting\n")
-            return 3
     doc = json.loads(sys.stdin.read() or "{}")
     if doc.get("protocol", PROTOCOL) != PROTOCOL:
         proto.send("error", detail=f"protocol {doc.get('protocol')} not understood")
