@@ -1,0 +1,61 @@
+"""transformers' own attention-implementation check, recorded by tools/hf_oracle.py, replayed offline.
+
+docs/hf-oracle/cases.jsonl holds, per transformers release and model_type and
+attn_implementation, what `AutoModel.from_config(cfg, attn_implementation=...)` of that release
+did on a CPU with flash-attn / FA3 made to look installed (so only the model's own flag check
+could refuse). The doctor's `path.model_supports` must give the same verdict on every case it
+models, except the ones docs/hf-oracle/disagreements.md explains (listed in EXPLAINED below).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CASES = REPO / "docs" / "hf-oracle" / "cases.jsonl"
+# (version, model_type, impl) the doctor is known to answer differently, each explained in
+# docs/hf-oracle/disagreements.md.
+EXPLAINED: set = set()
+
+
+@pytest.fixture(scope="module")
+def oracle():
+    spec = importlib.util.spec_from_file_location("hf_oracle", REPO / "tools" / "hf_oracle.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def replay(oracle):
+    records, skipped, releases = oracle.load_cases(CASES)
+    return records, releases, oracle.score(records)
+
+
+def test_recorded_answers_cover_releases_families_and_implementations(replay):
+    records, releases, _ = replay
+    assert len(releases) >= 7
+    assert {"4.44.2", "4.57.1", "5.0.0"} <= set(releases)
+    families = {r["model_type"] for r in records if r["kernels"]["result"] != "absent"}
+    assert {"llama", "mistral", "mixtral", "qwen2", "gemma2", "gpt2", "phi3", "deepseek_v3"} <= families
+    assert {r["impl"] for r in records} == {"eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"}
+    # Both verdicts occur: the oracle is not trivially "everything is accepted".
+    results = {r["kernels"]["result"] for r in records}
+    assert {"ok", "model"} <= results
+
+
+def test_gpt2_flex_attention_is_refused_by_transformers_itself(replay):
+    records, _, _ = replay
+    gpt2_flex = [r for r in records if r["model_type"] == "gpt2" and r["impl"] == "flex_attention" and r["kernels"]["result"] != "absent"]
+    assert gpt2_flex and all(r["kernels"]["result"] in ("model", "unknown") for r in gpt2_flex)
+
+
+def test_doctor_agrees_with_every_recorded_transformers_verdict(replay):
+    _, _, result = replay
+    wrong = [d for d in result["disagreements"] if (d["version"], d["model_type"], d["impl"]) not in EXPLAINED]
+    lines = [f"transformers {d['version']} {d['model_type']} {d['impl']}: doctor {d['doctor']}, transformers {d['transformers']} ({d['kind']})" for d in wrong]
+    assert not wrong, f"{len(wrong)} recorded transformers verdicts the doctor now contradicts:\n" + "\n".join(lines[:30])
