@@ -132,7 +132,30 @@ def _model_supports(transformers: Optional[str], model_type: Optional[str], atte
     if not known:
         return None
     impls = table[known[-1]].get(model_type)
-    return None if impls is None else attention in impls
+    if impls is None:
+        return None
+    if attention in impls and _refused_by_model(transformers, model_type, attention):
+        return False
+    return attention in impls
+
+
+# Refusals the class flags do not show, found by tools/hf_oracle.py (docs/hf-oracle/
+# disagreements.md): (model_type, implementations, transformers releases, upstream source).
+REFUSED_BY_MODEL: Tuple[Tuple[str, Tuple[str, ...], str, str], ...] = (
+    # The merged `_supports_flash_attn` flag (4.54) passes FA3, but the model still picks its
+    # attention class from a dict with no flash_attention_3 key: KeyError at construction.
+    ("qwen2_moe", ("flash_attention_3",), ">=4.54,<5.0",
+     "https://github.com/huggingface/transformers/blob/v4.57.1/src/transformers/models/qwen2_moe/modeling_qwen2_moe.py"),
+    # GptOssConfig's attn_implementation setter accepts only the vllm-flash-attn3 hub kernel.
+    ("gpt_oss", ("flash_attention_2", "flash_attention_3"), ">=5.0,<5.3",
+     "https://github.com/huggingface/transformers/blob/v5.0.0/src/transformers/models/gpt_oss/configuration_gpt_oss.py"),
+)
+
+
+def _refused_by_model(transformers: str, model_type: str, attention: str) -> bool:
+    from doctor.versions import version_matches
+
+    return any(mt == model_type and attention in impls and version_matches(transformers, spec) for mt, impls, spec, _ in REFUSED_BY_MODEL)
 
 
 _TABLE: Dict[str, Dict[str, List[str]]] = {}

@@ -59,3 +59,38 @@ def test_doctor_agrees_with_every_recorded_transformers_verdict(replay):
     wrong = [d for d in result["disagreements"] if (d["version"], d["model_type"], d["impl"]) not in EXPLAINED]
     lines = [f"transformers {d['version']} {d['model_type']} {d['impl']}: doctor {d['doctor']}, transformers {d['transformers']} ({d['kind']})" for d in wrong]
     assert not wrong, f"{len(wrong)} recorded transformers verdicts the doctor now contradicts:\n" + "\n".join(lines[:30])
+
+
+# Refusals the oracle found that the class flags do not show (doctor/rules/callpath.py
+# REFUSED_BY_MODEL): the finding fires inside the range and stays quiet outside it.
+FIRES = [
+    ("5.0.0", "gpt_oss", "flash_attention_2"),  # GptOssConfig accepts only the vllm-flash-attn3 hub kernel
+    ("5.2.0", "gpt_oss", "flash_attention_3"),
+    ("4.57.1", "qwen2_moe", "flash_attention_3"),  # merged flag passes, QWEN2MOE_ATTENTION_CLASSES has no key
+]
+PASSES = [
+    ("5.3.0", "gpt_oss", "flash_attention_2"),  # from 5.3 the request is redirected to the hub kernel
+    ("4.57.1", "qwen2_moe", "flash_attention_2"),
+    ("5.0.0", "qwen2_moe", "flash_attention_3"),  # 5.0 moved qwen2_moe to the attention-function registry
+]
+
+
+def _status(version, model_type, impl):
+    from doctor.rules.cases import case_inputs
+    from doctor.rules.evaluate import diagnose
+    from doctor.rules.loader import load_catalogue
+
+    case = {"packages": {"transformers": version, "torch": "2.8.0"}, "gpu": "9.0",
+            "workload": {"model_type": model_type, "attn_implementation": impl}}
+    facts, workload = case_inputs(case)
+    return diagnose(load_catalogue(use_cache=False), facts, workload).result("HF-MODEL-HAS-NO-SUCH-ATTENTION").status
+
+
+@pytest.mark.parametrize("version,model_type,impl", FIRES)
+def test_model_refusal_found_by_the_oracle_fires(version, model_type, impl):
+    assert _status(version, model_type, impl) == "fired"
+
+
+@pytest.mark.parametrize("version,model_type,impl", PASSES)
+def test_model_refusal_found_by_the_oracle_stays_quiet_outside_its_range(version, model_type, impl):
+    assert _status(version, model_type, impl) != "fired"
