@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_VERSIONS = ["4.36.2", "4.40.2", "4.44.2", "4.48.0", "4.51.3", "4.53.0", "4.57.1", "5.0.0", "5.5.0", "5.10.4", "5.23.0"]
+DEFAULT_VERSIONS = ["4.36.2", "4.40.2", "4.44.2", "4.48.0", "4.51.3", "4.53.0", "4.57.1", "5.0.0", "5.3.0", "5.5.0", "5.10.4", "5.23.0"]
 IMPLS = ["eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"]
 # model_type values the catalogue names (grep rules/ for model_type) plus the common families
 # the issue lists. Families a release does not have are recorded as `absent`.
@@ -45,6 +45,8 @@ MODEL_TYPES = [
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
     "gpt2", "gpt_neox", "phi3", "deepseek_v3", "gpt_oss", "qwen2_vl", "qwen2_5_vl", "glm4v", "qwen3_5",
     "qwen3_5_moe", "qwen2_5_omni", "internvl_chat", "deepseek_vl_v2",
+    # Families that kept a per-model attention-class dict after the merged flash flag (4.54):
+    "falcon", "gptj", "gpt_neo", "olmoe", "phimoe", "dbrx",
 ]
 
 
@@ -61,7 +63,7 @@ TINY = {
     "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1, "first_k_dense_replace": 0,
     "n_group": 1, "topk_group": 1, "q_lora_rank": 32, "kv_lora_rank": 16, "qk_rope_head_dim": 8,
     "qk_nope_head_dim": 8, "v_head_dim": 16, "depth": 1, "embed_dim": 64, "num_heads": 4,
-    "out_hidden_size": 64, "encoder_layers": 1, "decoder_layers": 1, "layer_types": None,
+    "out_hidden_size": 64, "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_layers": 1, "decoder_layers": 1, "layer_types": None,
 }
 
 
@@ -109,10 +111,14 @@ def __getattr__(name):
 
 
 def _make_stubs(root: Path) -> None:
-    """flash-attn 2.8.3 and FA3 that import and report versions, and run nothing."""
+    """flash-attn 2.8.3 and FA3 that import and report versions, and run nothing. Submodules
+    not written here (flash_attn.layers.rotary, flash_attn.ops.triton...) come from _StubFinder."""
+    import shutil
+
+    shutil.rmtree(root, ignore_errors=True)
     (root / "flash_attn").mkdir(parents=True, exist_ok=True)
     (root / "flash_attn" / "__init__.py").write_text('__version__ = "2.8.3"\n' + STUB_FUNCS)
-    for sub in ("bert_padding", "flash_attn_interface", "layers", "ops"):
+    for sub in ("bert_padding", "flash_attn_interface"):
         (root / "flash_attn" / f"{sub}.py").write_text(STUB_FUNCS)
     (root / "flash_attn_interface.py").write_text(STUB_FUNCS)
     (root / "flash_attn_3").mkdir(exist_ok=True)
@@ -123,6 +129,24 @@ def _make_stubs(root: Path) -> None:
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {version}\n")
         (info / "top_level.txt").write_text(top + "\n")
         (info / "RECORD").write_text("")
+
+
+class _StubFinder:
+    """Any flash_attn.* submodule that is not on disk imports as a stub package."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        import importlib.util
+
+        if name.startswith("flash_attn.") or name.startswith("flash_attn_3."):
+            return importlib.util.spec_from_loader(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec: Any) -> None:
+        return None
+
+    def exec_module(self, module: Any) -> None:
+        exec(STUB_FUNCS, module.__dict__)  # noqa: S102 - our own stub text
+        module.__path__ = []
 
 
 def _fake_gpu() -> None:
@@ -194,6 +218,7 @@ def worker(spec: Dict[str, Any]) -> List[Dict[str, Any]]:
         stubs = Path(spec["stubs"])
         _make_stubs(stubs)
         sys.path.insert(0, str(stubs))
+        sys.meta_path.append(_StubFinder())
         _fake_gpu()
     import torch
     import transformers
