@@ -131,7 +131,7 @@ def _model_supports(transformers: Optional[str], model_type: Optional[str], atte
     known = sorted((v for v in table if (release(v) or have) <= have), key=lambda v: release(v) or have)
     if not known:
         return None
-    impls = table[known[-1]].get(model_type)
+    impls = table[known[-1]].get(FOLDER_OF_MODEL_TYPE.get(model_type, model_type))
     if impls is None:
         return None
     if attention in impls and _refused_by_model(transformers, model_type, attention):
@@ -139,16 +139,29 @@ def _model_supports(transformers: Optional[str], model_type: Optional[str], atte
     return attention in impls
 
 
+# The table is keyed by the models/<folder> name; model_types that live in another family's folder.
+FOLDER_OF_MODEL_TYPE = {"gemma3_text": "gemma3"}
+
 # Refusals the class flags do not show, found by tools/hf_oracle.py (docs/hf-oracle/
 # disagreements.md): (model_type, implementations, transformers releases, upstream source).
+_TF = "https://github.com/huggingface/transformers/blob/"
 REFUSED_BY_MODEL: Tuple[Tuple[str, Tuple[str, ...], str, str], ...] = (
-    # The merged `_supports_flash_attn` flag (4.54) passes FA3, but the model still picks its
-    # attention class from a dict with no flash_attention_3 key: KeyError at construction.
-    ("qwen2_moe", ("flash_attention_3",), ">=4.54,<5.0",
-     "https://github.com/huggingface/transformers/blob/v4.57.1/src/transformers/models/qwen2_moe/modeling_qwen2_moe.py"),
-    # GptOssConfig's attn_implementation setter accepts only the vllm-flash-attn3 hub kernel.
-    ("gpt_oss", ("flash_attention_2", "flash_attention_3"), ">=5.0,<5.3",
-     "https://github.com/huggingface/transformers/blob/v5.0.0/src/transformers/models/gpt_oss/configuration_gpt_oss.py"),
+    # The class flag passes the request, but the model still picks its attention class from a
+    # `*_ATTENTION_CLASSES` dict with no key for it: KeyError while the model is built. The
+    # merged `_supports_flash_attn` flag (4.54) passes FA3 to such dicts; 4.48 set
+    # `_supports_flex_attn` on two families whose dicts had no flex entry (gone again in 4.49).
+    ("qwen2_moe", ("flash_attention_3",), ">=4.54,<5.0", _TF + "v4.57.1/src/transformers/models/qwen2_moe/modeling_qwen2_moe.py"),
+    ("olmoe", ("flash_attention_3",), ">=4.54,<5.0", _TF + "v4.57.1/src/transformers/models/olmoe/modeling_olmoe.py"),
+    ("phimoe", ("flash_attention_3",), ">=4.54,<5.0", _TF + "v4.57.1/src/transformers/models/phimoe/modeling_phimoe.py"),
+    ("dbrx", ("flash_attention_3",), ">=4.54,<5.0", _TF + "v4.57.1/src/transformers/models/dbrx/modeling_dbrx.py"),
+    ("falcon", ("flash_attention_3",), ">=4.54,<5.23", _TF + "v5.22.2/src/transformers/models/falcon/modeling_falcon.py"),
+    ("gptj", ("flash_attention_3",), ">=4.54,<5.23", _TF + "v5.22.2/src/transformers/models/gptj/modeling_gptj.py"),
+    ("gpt_neo", ("flash_attention_3",), ">=4.54,<5.23", _TF + "v5.22.2/src/transformers/models/gpt_neo/modeling_gpt_neo.py"),
+    ("olmoe", ("flex_attention",), ">=4.48,<4.49", _TF + "v4.48.3/src/transformers/models/olmoe/modeling_olmoe.py"),
+    ("phimoe", ("flex_attention",), ">=4.48,<4.49", _TF + "v4.48.3/src/transformers/models/phimoe/modeling_phimoe.py"),
+    # GptOssConfig's attn_implementation setter accepts only the vllm-flash-attn3 hub kernel
+    # (5.3 replaced it with `_compatible_flash_implementations`, which redirects instead).
+    ("gpt_oss", ("flash_attention_2", "flash_attention_3"), ">=5.0,<5.3", _TF + "v5.0.0/src/transformers/models/gpt_oss/configuration_gpt_oss.py"),
 )
 
 

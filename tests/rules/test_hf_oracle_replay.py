@@ -67,11 +67,15 @@ FIRES = [
     ("5.0.0", "gpt_oss", "flash_attention_2"),  # GptOssConfig accepts only the vllm-flash-attn3 hub kernel
     ("5.2.0", "gpt_oss", "flash_attention_3"),
     ("4.57.1", "qwen2_moe", "flash_attention_3"),  # merged flag passes, QWEN2MOE_ATTENTION_CLASSES has no key
+    ("5.22.2", "falcon", "flash_attention_3"),
+    ("4.48.0", "olmoe", "flex_attention"),  # flex flag set, OLMOE_ATTENTION_CLASSES has no flex key
 ]
 PASSES = [
     ("5.3.0", "gpt_oss", "flash_attention_2"),  # from 5.3 the request is redirected to the hub kernel
     ("4.57.1", "qwen2_moe", "flash_attention_2"),
     ("5.0.0", "qwen2_moe", "flash_attention_3"),  # 5.0 moved qwen2_moe to the attention-function registry
+    ("5.23.0", "falcon", "flash_attention_3"),  # 5.23 maps every flash request to the FA2 class
+    ("4.48.0", "olmoe", "sdpa"),
 ]
 
 
