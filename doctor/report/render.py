@@ -49,9 +49,14 @@ class Formatter:
     module: str
     function: str
     options: Tuple[str, ...] = ()
+    data: bool = False  # JSON: the value as it is; any other format sees control characters made visible
 
     def __call__(self, value: Any, style: Style) -> str:
         fn: Callable[..., str] = getattr(importlib.import_module(self.module), self.function)
+        if not self.data:
+            from doctor.report.safe_text import neutralise
+
+            value = neutralise(value)
         return fn(value, **{name: getattr(style, name) for name in self.options})
 
 
@@ -59,18 +64,18 @@ _TERMINAL = ("color", "width")
 FORMATTERS: Dict[str, Dict[str, Formatter]] = {
     "check": {
         "text": Formatter("doctor.report.check_text", "render_check", ("verbose", *_TERMINAL, "fail_on", "strict")),
-        "json": Formatter("doctor.report.check_json", "render_check_json"),
+        "json": Formatter("doctor.report.check_json", "render_check_json", data=True),
         "markdown": Formatter("doctor.report.check_markdown", "render_check_markdown"),
         "junit": Formatter("doctor.report.check_junit", "render_check_junit", ("fail_on", "strict")),
     },
     "fix": {
         "text": Formatter("doctor.report.fix_text", "render_fix", _TERMINAL),
-        "json": Formatter("doctor.report.fix_json", "render_fix_json"),
+        "json": Formatter("doctor.report.fix_json", "render_fix_json", data=True),
         "markdown": Formatter("doctor.report.fix_markdown", "render_fix_markdown"),
     },
     "probe": {
         "text": Formatter("doctor.report.probe_text", "render_probe", _TERMINAL),
-        "json": Formatter("doctor.report.json_report", "dumps"),
+        "json": Formatter("doctor.report.json_report", "dumps", data=True),
     },
 }
 
