@@ -194,14 +194,14 @@ def render_pinfile(
         editable = _editable(group)
         if editable is not None and canonical_name(editable[0]) in wanted:
             name, extras, target = editable
-            pin = wanted[canonical_name(name)]
-            seen.add(pin.name)
+            replaced = wanted[canonical_name(name)]
+            seen.add(replaced.name)
             warnings.append(
-                f"{name} was an editable install (-e {target}): replaced by a pin to {pin.version}; "
+                f"{name} was an editable install (-e {target}): replaced by a pin to {replaced.version}; "
                 "the old line is in the backup"
             )
             ending = group[-1][len(group[-1].rstrip("\r\n")) :] or nl
-            out.append(_line(name, extras | set(pin.pin.extras), pin, None, "", constraints) + ending)
+            out.append(_line(name, extras | set(replaced.pin.extras), replaced, None, "", constraints) + ending)
             continue
         parsed = _parse(group)
         if parsed is None:

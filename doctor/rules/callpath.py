@@ -17,7 +17,7 @@ them as `path.<field>` (e.g. a TransformerEngine context-parallel rule needs `pa
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Mapping, Optional, Tuple
 
 from doctor.model import CALL_PATH_FIELDS as FIELDS
 from doctor.model import CallPath, Facts, Workload
