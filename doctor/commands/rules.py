@@ -113,7 +113,7 @@ def _evidence_levels(paths: List[Path]) -> Dict[str, List[str]]:
     own = [Path(p).resolve() for p in paths]
     lock = load_lock()
     levels: Dict[str, List[str]] = {}
-    for r in load_catalogue(extra, builtin=True).rules:
+    for r in load_catalogue(extra, builtin=True, shadow=True).rules:
         where = Path(r.path).resolve()
         if own and not any(where == p or p in where.parents for p in own):
             continue
