@@ -67,9 +67,11 @@ CPP_RULES = frozenset(
         "TE-FUSED-THD-LAYOUT",
         "TE-FUSED-CUDNN-9-10-EXCLUDED",
         "TE-FUSED-CUDNN-9-14-0-SWA",
+        "TE-FUSED-CUDNN-9-2-TO-9-5-MASKS",
         "TE-FUSED-HEADDIM-GT128-PRE-HOPPER",
-        # C++ conditions (cuDNN version, arch, head dims, masks); the Python filters on the same
-        # features are separate rules (TE-FUSED-*-FILTERS)
+        # C++ conditions only (cuDNN version, arch, head dims, masks, bias); TE's Python filters
+        # on the same features are separate rules (TE-FUSED-*-FILTERS, TE-FUSED-SM120-*), which
+        # the oracle checks. docs/audit/te-fused-audit.md audits these against the tags.
         "TE-FUSED-ALIBI",
         "TE-FUSED-SLIDING-WINDOW",
         "TE-FUSED-FP8",
