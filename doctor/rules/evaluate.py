@@ -168,20 +168,25 @@ def _status(b: Backend, fw_id: str, fw_in: Outcome, by_backend: Dict[str, List[R
     _, reasons, unknown, fired = _own(b, fw_in, by_backend, ctx, outcomes)
     rule = next((c for c in b.compose if c.when is None or evaluate(c.when, ctx).value is True), b.compose[-1])
     used = [members[mid] for mid in rule.any_of]
-    if not reasons and all(installed[m.id] is False for m in members.values()):
-        reasons = ["library not installed"]
-    elif not reasons:
+    if all(installed[m.id] is False for m in members.values()):
+        reasons.append("library not installed")
+    else:
         for mid in rule.requires:
             if installed[mid] is False:
                 reasons.append(f"{members[mid].name} not installed" + (f": {rule.note}" if rule.note else ""))
             elif installed[mid] is None:
                 unknown.append(f"{members[mid].name}: " + "; ".join(members[mid].reasons))
-        if not reasons and not any(m.available for m in used):
+        if not any(m.available for m in used):
             if any(m.available is None for m in used):
                 unknown.extend(f"{m.name}: {'; '.join(m.reasons)}" for m in used if m.available is None)
-            else:
-                reasons.extend(f"{m.name} {'not installed' if installed[m.id] is False else 'out: ' + '; '.join(m.reasons)}" for m in used)
-                fired.extend(r for m in used for r in m.rule_ids)
+            # every member is out too: say why for each installed one, so that fixing a
+            # family-wide reason does not hide the next blocker
+            for m in members.values():
+                if installed[m.id] is False or m.available is None:
+                    continue
+                why = "; ".join(m.reasons) if m.available is False else f"not used by {b.name} here ({rule.note or 'this release does not use it'})"
+                reasons.append(f"{m.name} out: {why}")
+                fired.extend(m.rule_ids)
     available, why = _verdict(reasons, unknown)
     return BackendStatus(
         id=b.id,
