@@ -115,7 +115,9 @@ def _backends(
     return statuses, selections, has_backend, outcomes
 
 
-def _own(b: Backend, fw_in: Outcome, by_backend: Dict[str, List[Rule]], ctx: Context, outcomes: Dict[str, Outcome]) -> Tuple[Optional[bool], List[str], List[str], List[str]]:
+def _own(
+    b: Backend, fw_in: Outcome, by_backend: Dict[str, List[Rule]], ctx: Context, outcomes: Dict[str, Outcome], skip_uninstalled: bool = False
+) -> Tuple[Optional[bool], List[str], List[str], List[str]]:
     """A backend's own verdict: installed and no `disables` rule fired. Returns (installed,
     reasons it is out, why it is undecided, ids of the rules that fired)."""
     reasons: List[str] = []
@@ -129,6 +131,9 @@ def _own(b: Backend, fw_in: Outcome, by_backend: Dict[str, List[Rule]], ctx: Con
     elif inst.value is None:
         unknown.extend(inst.missing)
     for rule in by_backend.get(b.id, ()):
+        if skip_uninstalled and inst.value is False:  # a member's rules are moot without it
+            outcomes[rule.id] = Outcome(False)
+            continue
         out = evaluate(rule.when, ctx)
         outcomes[rule.id] = out
         if out.value is True:
@@ -159,7 +164,7 @@ def _status(b: Backend, fw_id: str, fw_in: Outcome, by_backend: Dict[str, List[R
     members: Dict[str, BackendStatus] = {}
     installed: Dict[str, Optional[bool]] = {}
     for m in b.members:
-        inst, reasons, unknown, fired = _own(m, Outcome(True), by_backend, ctx, outcomes)
+        inst, reasons, unknown, fired = _own(m, Outcome(True), by_backend, ctx, outcomes, skip_uninstalled=True)
         installed[m.id] = inst
         available, why = _verdict(reasons, unknown)
         if inst is False:
