@@ -187,7 +187,7 @@ def run_check(opts: CheckOptions, observer: Optional["Observer"] = None) -> Repo
 
     if opts.kernels_only and (not opts.kernels or opts.env_files or opts.assume or opts.assume_env):
         raise InputError("--kernels-only runs kernels here: it cannot be combined with --no-kernels, --env or --assume")
-    warm = _warm_workers(opts)
+    warm = _warm_worker(opts)
     try:
         inputs = load_inputs(opts)
         if len(opts.env_files) > 1:
@@ -195,8 +195,8 @@ def run_check(opts: CheckOptions, observer: Optional["Observer"] = None) -> Repo
         diagnosis = diagnose(inputs.catalogue, inputs.facts, inputs.workload)
         kernel_run, skipped = _kernel_stage(opts, inputs, diagnosis, observer, warm)
     finally:
-        for w in warm:
-            w.close()
+        if warm is not None:
+            warm.close()
     report = check(inputs, diagnosis=diagnosis, kernel_run=kernel_run, kernels_skipped=skipped)
     if opts.kernels_only:
         if kernel_run is None:  # a GPU smoke test that ran nothing must not pass
@@ -205,34 +205,31 @@ def run_check(opts: CheckOptions, observer: Optional["Observer"] = None) -> Repo
     return with_planned_fixes(report, inputs, diagnosis, opts.releases)
 
 
-def _warm_workers(opts: CheckOptions) -> Tuple["WarmWorker", ...]:
-    """Start the kernel workers now, so that their torch import and CUDA start overlap the
-    probe, when the kernel stage will probably run: this machine, nothing assumed, a GPU device
-    node and a torch this Python can import. A wrong guess costs background imports; unused
-    workers are stopped. ATTN_DOCTOR_WARM_WORKER=0 turns this off (for timing both ways)."""
+def _warm_worker(opts: CheckOptions) -> Optional["WarmWorker"]:
+    """Start the kernel worker now, so that its torch import, CUDA start and cuDNN load
+    overlap the probe, when the kernel stage will probably run: this machine, nothing assumed,
+    a GPU device node and a torch this Python can import. A wrong guess costs one background
+    import; an unused worker is stopped. ATTN_DOCTOR_WARM_WORKER=0 turns this off."""
     import importlib.util
     import os
 
     if not opts.kernels or opts.env_files or opts.assume or opts.assume_env or opts.configs:
-        return ()
+        return None
     if os.environ.get("ATTN_DOCTOR_WARM_WORKER", "1") == "0":
-        return ()
+        return None
     if not os.path.exists("/dev/nvidiactl") or importlib.util.find_spec("torch") is None:
-        return ()
-    from doctor.verify.runner import WarmWorker, kernel_workers
+        return None
+    from doctor.verify.runner import WarmWorker
 
-    started: List["WarmWorker"] = []
-    for _ in range(kernel_workers()):
-        try:
-            started.append(WarmWorker())
-        except OSError:
-            break
-    return tuple(started)
+    try:
+        return WarmWorker()
+    except OSError:
+        return None
 
 
 def _kernel_stage(
     opts: CheckOptions, inputs: Inputs, diagnosis: "Diagnosis", observer: Optional["Observer"],
-    warm: Sequence["WarmWorker"] = (),
+    warm: Optional["WarmWorker"] = None,
 ) -> Tuple[Optional["KernelRun"], Optional[str]]:
     """Run the kernel cases when torch with CUDA and a GPU are present; else say why not."""
     if not opts.kernels:
@@ -242,7 +239,6 @@ def _kernel_stage(
     if inputs.pins or inputs.env_changes:
         return None, "--assume: the kernels would test what is installed, not what is assumed"
     from doctor import verify
-    from doctor.verify.runner import kernel_workers
 
     ok, reason = verify.kernels_available(inputs.facts)
     if not ok:
@@ -252,8 +248,7 @@ def _kernel_stage(
         installed.add("sdpa.flex")
     cases = verify.plan_cases(inputs.workload if inputs.workload.shape_given else None, installed)
     return verify.run_cases(cases, observer=observer,
-                            ask=[verify.ask_request(inputs.workload)], warm=warm,
-                            workers=kernel_workers()), None
+                            ask=[verify.ask_request(inputs.workload)], warm=warm), None
 
 
 def check(

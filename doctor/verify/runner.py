@@ -178,34 +178,8 @@ class WarmWorker:
         self.close()
 
 
-def kernel_workers(default_max: int = 4) -> int:
-    """How many workers `check` runs correctness cases in at once: one per four CPU cores, at
-    most `default_max` (cuDNN builds each new graph on the CPU, so cases are CPU-bound while
-    the GPU idles); ATTN_DOCTOR_KERNEL_WORKERS overrides it."""
-    raw = os.environ.get("ATTN_DOCTOR_KERNEL_WORKERS", "")
-    if raw.strip().isdigit() and int(raw) > 0:
-        return min(int(raw), 16)
-    return max(1, min(default_max, (os.cpu_count() or 1) // 4))
-
-
-_HEAVY = ("sdpa.cudnn", "te.fused", "sdpa.flex")  # build or compile a graph per new shape
-
-
-def _shards(cases: Sequence[CaseSpec], n: int) -> List[List[CaseSpec]]:
-    """Cases split over n workers, heaviest first to the least loaded one (plan order is kept
-    inside each shard). Deterministic: the same plan always gives the same shards."""
-    load = [0.0] * n
-    owner: Dict[str, int] = {}
-    weight = {c.id: (4.0 if c.backend.startswith(_HEAVY) else 1.0) for c in cases}
-    for c in sorted(cases, key=lambda c: -weight[c.id]):
-        i = min(range(n), key=lambda k: (load[k], k))
-        owner[c.id] = i
-        load[i] += weight[c.id]
-    return [[c for c in cases if owner[c.id] == i] for i in range(n) if any(owner[c.id] == i for c in cases)]
-
-
 class _Run:
-    """State shared by the shards of one run_cases call (guarded by a lock: shards are threads)."""
+    """What one run_cases call collects (the lock guards the observer's view)."""
 
     def __init__(self, watch: Observer) -> None:
         self.lock = threading.Lock()
@@ -231,20 +205,19 @@ class _Run:
             self.watch.on_case(r)
 
 
-def _run_shard(run: _Run, cases: Sequence[CaseSpec], *, python: str, timeout_s: float,
+def _run_sequence(run: _Run, cases: Sequence[CaseSpec], *, python: str, timeout_s: float,
                env: Optional[Mapping[str, str]], device: str, startup_timeout_s: float,
-               ask: Sequence[Mapping[str, Any]], warm: Optional[WarmWorker], tmp: str,
-               name: str, first_shard: bool) -> None:
+               ask: Sequence[Mapping[str, Any]], warm: Optional[WarmWorker], tmp: str) -> None:
     """Run `cases` in one worker at a time; after a crash or a timeout, a fresh worker takes
-    the rest. `ask` goes to this shard's first worker; the first shard's first worker gives
-    the run's environment and start-up phases."""
+    the rest. `ask` goes to the first worker, which also gives the run's environment and
+    start-up phases."""
     pending: List[CaseSpec] = list(cases)
     started_here = 0
     record = run.record
     while pending:
         try:
             w_warm = warm.take(python, device, env) if warm is not None and started_here == 0 else None
-            w = w_warm or _Worker(python, device, env, Path(tmp) / f"{name}-{started_here}.stderr")
+            w = w_warm or _Worker(python, device, env, Path(tmp) / f"worker{started_here}.stderr")
             w.send(pending, ask=ask if started_here == 0 else ())
         except OSError as exc:
             for c in pending:
@@ -252,7 +225,7 @@ def _run_shard(run: _Run, cases: Sequence[CaseSpec], *, python: str, timeout_s: 
             pending.clear()
             break
         started_here += 1
-        first = first_shard and started_here == 1
+        first = started_here == 1
         with run.lock:
             run.workers += 1
         by_id = {c.id: c for c in pending}
@@ -305,7 +278,7 @@ def _run_shard(run: _Run, cases: Sequence[CaseSpec], *, python: str, timeout_s: 
                         run.env_ev = ev
                         run.ph["import_s"] = float(ev.get("import_s") or 0.0)
                         run.ph["cuda_init_s"] = float(ev.get("cuda_init_s") or 0.0)
-                    elif started_here > 1:
+                    else:
                         run.ph["restart_s"] += received - w.t_spawn
                 deadline = now + timeout_s
             elif kind == "ask":
@@ -345,53 +318,27 @@ def run_cases(cases: Sequence[CaseSpec], *, python: str = sys.executable,
               env: Optional[Mapping[str, str]] = None, device: str = "auto",
               startup_timeout_s: float = STARTUP_TIMEOUT_S,
               ask: Sequence[Mapping[str, Any]] = (),
-              warm: Sequence[WarmWorker] = (), workers: int = 1) -> KernelRun:
+              warm: Optional[WarmWorker] = None) -> KernelRun:
     """Run the cases in worker processes; restart after a crash or timeout. `ask`: workloads
     (Workload field dicts, see ask_request) for which the first worker asks each installed
-    library which backend it would pick, before any kernel runs (`KernelRun.asked`).
+    library which backend it would pick, before any kernel runs (`KernelRun.asked`). `warm`:
+    a worker already started (same python, device and env) serves as the first one.
 
-    `workers` > 1 runs the correctness cases in that many workers at once (each its own
-    process and CUDA context, so a crash stays in its shard); the timed (`bench`) cases run
-    afterwards, alone on the GPU, so no other work disturbs a timing. `warm`: workers already
-    started (same python, device and env) serve as the first ones."""
+    One worker at a time: several CUDA contexts on one GPU time-slice, and on an H100 four
+    workers took 19.1 s for the 68-case matrix where one took 13.6 s
+    (benchmarks/results/gpu-check.md)."""
     t0 = time.time()
     watch: Observer = observer if observer is not None else NoObserver()
     watch.on_start(len(cases))
     run = _Run(watch)
-    spare = list(warm)
-    # one worker: every case in plan order; several: the checks shared out, the timed cases last
-    checks = [c for c in cases if not c.bench] if workers > 1 else list(cases)
-    timed = [c for c in cases if c.bench] if workers > 1 else []
-    shards = _shards(checks, max(1, workers)) if checks else []
-    opts: Dict[str, Any] = dict(python=python, timeout_s=timeout_s, env=env, device=device,
-                                startup_timeout_s=startup_timeout_s)
     with tempfile.TemporaryDirectory(prefix="attn-doctor-") as tmp:
-        threads = []
-        for i, shard in enumerate(shards):
-            t = threading.Thread(target=_run_shard, args=(run, shard), kwargs=dict(
-                opts, ask=ask if i == 0 else (), warm=spare.pop(0) if spare else None, tmp=tmp,
-                name=f"shard{i}", first_shard=i == 0), daemon=True)
-            threads.append(t)
-            t.start()
-        if timed and len(shards) > 1 and not spare:
-            try:  # the timing worker starts while the checks run
-                spare.append(WarmWorker(python, device, env))
-            except OSError:
-                pass
-        for t in threads:
-            t.join()
-        if timed:
-            _run_shard(run, timed, **opts, ask=() if shards else ask,
-                       warm=spare.pop(0) if spare else None, tmp=tmp, name="timed",
-                       first_shard=not shards)
-        for w in spare:
-            w.close()
+        _run_sequence(run, cases, python=python, timeout_s=timeout_s, env=env, device=device,
+                   startup_timeout_s=startup_timeout_s, ask=ask, warm=warm, tmp=tmp)
     end = time.time()
-    results, details = run.results, run.details
-    ordered = tuple(results[c.id] for c in cases if c.id in results)
+    ordered = tuple(run.results[c.id] for c in cases if c.id in run.results)
     kernel_run = KernelRun(
         results=ordered,
-        details=tuple(details[c.id] for c in cases if c.id in details),
+        details=tuple(run.details[c.id] for c in cases if c.id in run.details),
         phases=Phases(total_s=end - t0, workers=run.workers,
                       cases_s=(end - run.first_env) if run.first_env is not None else 0.0, **run.ph),
         environment=_environment(run.env_ev),

@@ -50,16 +50,3 @@ def test_cpu_sdpa_cases_pass_and_refusals_are_unsupported() -> None:
     assert {t.name for t in details[cases[0].id].checks} == {"out", "dq", "dk", "dv"}
     assert run.phases.import_s > 0 and run.phases.workers == 1
 
-
-def test_two_workers_reach_the_same_verdicts_as_one() -> None:
-    cases = _cases()
-    one = {r.id: (r.status, r.max_rel_error) for r in run_cases(cases, device="cpu", timeout_s=120).results}
-    two = run_cases(cases, device="cpu", timeout_s=120, workers=2)
-    # same inputs (seeded per case), same kernels: the same verdicts, and the same errors where
-    # no dropout mask (drawn from the process's RNG stream) is involved
-    got = {r.id: (r.status, r.max_rel_error) for r in two.results}
-    assert {k: v[0] for k, v in got.items()} == {k: v[0] for k, v in one.items()}
-    assert {k: v for k, v in got.items() if "dropout" not in k} == {k: v for k, v in one.items() if "dropout" not in k}
-    assert two.phases.workers == 3  # two for the checks, one for the timed case, alone
-    timed = {r.id: r for r in two.results}[cases[10].id]
-    assert timed.status == "passed" and timed.ms is not None and timed.ms > 0

@@ -15,7 +15,7 @@ import pytest
 from doctor import app
 from doctor.resources import kernels_dir
 from doctor.verify import CaseSpec, run_cases
-from doctor.verify.runner import WarmWorker, _shards, kernel_workers
+from doctor.verify.runner import WarmWorker
 
 NO_TORCH = {"ATTN_DOCTOR_WORKER_SELFTEST": "1", "ATTN_DOCTOR_WORKER_NO_TORCH": "1"}
 
@@ -54,7 +54,7 @@ def test_a_warm_start_gives_the_same_results_as_a_cold_one() -> None:
     cases = [_c("a", "pass"), _c("b", "fail"), _c("c", "segfault"), _c("d", "pass")]
     cold = run_cases(cases, env=NO_TORCH, timeout_s=60)
     with WarmWorker(env=NO_TORCH) as warm:
-        hot = run_cases(cases, env=NO_TORCH, timeout_s=60, warm=[warm])
+        hot = run_cases(cases, env=NO_TORCH, timeout_s=60, warm=warm)
         assert warm.worker is None  # taken by the run
     assert [(r.id, r.status) for r in hot.results] == [(r.id, r.status) for r in cold.results]
     assert [r.status for r in hot.results] == ["passed", "failed", "crashed", "passed"]
@@ -65,7 +65,7 @@ def test_a_warm_worker_started_another_way_is_stopped_not_used() -> None:
     warm = WarmWorker(env={**NO_TORCH, "EXTRA": "1"})
     w = warm.worker
     assert w is not None
-    run = run_cases([_c("a", "pass")], env=NO_TORCH, timeout_s=60, warm=[warm])
+    run = run_cases([_c("a", "pass")], env=NO_TORCH, timeout_s=60, warm=warm)
     assert [r.status for r in run.results] == ["passed"]
     assert w.proc.poll() is not None  # killed, not leaked
     warm.close()
@@ -86,12 +86,12 @@ def test_check_stops_its_warm_worker_when_the_kernel_stage_does_not_run(monkeypa
                                                                          tmp_path: Path) -> None:
     started = []
 
-    def fake_warm(opts: app.CheckOptions) -> tuple:
+    def fake_warm(opts: app.CheckOptions) -> WarmWorker:
         warm = WarmWorker(env=NO_TORCH)
         started.append((warm, warm.worker))
-        return (warm,)
+        return warm
 
-    monkeypatch.setattr(app, "_warm_workers", fake_warm)
+    monkeypatch.setattr(app, "_warm_worker", fake_warm)
     snap = {"schema_version": 1, "packages": {"torch": "2.6.0"}, "torch": {"version": "2.6.0", "cuda": None},
             "gpus": [], "env": {}}
     path = tmp_path / "snap.json"
@@ -110,64 +110,10 @@ def test_check_stops_its_warm_worker_when_the_kernel_stage_does_not_run(monkeypa
     app.CheckOptions(configs=(Path("train.yaml"),)),
 ])
 def test_no_warm_worker_where_kernels_cannot_run_here(opts: app.CheckOptions) -> None:
-    assert app._warm_workers(opts) == ()
+    assert app._warm_worker(opts) is None
 
 
 def test_warm_worker_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ATTN_DOCTOR_WARM_WORKER", "0")
     monkeypatch.setattr(os.path, "exists", lambda p: True)
-    assert app._warm_workers(app.CheckOptions()) == ()
-
-
-class _Order:
-    def __init__(self) -> None:
-        self.seen: list = []
-
-    def on_start(self, total: int) -> None:
-        pass
-
-    def on_case(self, result: object) -> None:
-        self.seen.append(getattr(result, "id"))
-
-    def on_done(self, run: object) -> None:
-        pass
-
-
-def test_parallel_workers_give_the_plan_order_and_the_same_verdicts() -> None:
-    cases = [_c(f"p{i}", "pass") for i in range(4)] + [_c("seg", "segfault"), _c("p5", "pass"), _c("f", "fail"),
-                                                        _c("p7", "pass"), _c("last", "pass")]
-    one = run_cases(cases, env=NO_TORCH, timeout_s=60)
-    three = run_cases(cases, env=NO_TORCH, timeout_s=60, workers=3)
-    assert [(r.id, r.status) for r in three.results] == [(r.id, r.status) for r in one.results]
-    assert three.phases.workers == 4  # three shards, and a fresh worker after the segfault (p7 is after it)
-    assert {r.id: r.status for r in three.results}["seg"] == "crashed"
-
-
-def test_timed_cases_run_alone_after_every_other_case() -> None:
-    timed = CaseSpec(id="t", backend="selftest.pass", bench=True)
-    cases = [timed] + [_c(f"p{i}", "pass") for i in range(5)]
-    order = _Order()
-    run = run_cases(cases, env=NO_TORCH, timeout_s=60, workers=3, observer=order)
-    assert order.seen[-1] == "t"  # planned first, run last: nothing else on the GPU meanwhile
-    assert [r.id for r in run.results] == [c.id for c in cases]
-    assert all(r.status == "passed" for r in run.results)
-
-
-def test_heavy_cases_are_spread_over_the_workers() -> None:
-    cases = [CaseSpec(id=f"c{i}", backend="sdpa.cudnn") for i in range(4)] + \
-        [CaseSpec(id=f"m{i}", backend="sdpa.math") for i in range(8)]
-    shards = _shards(cases, 4)
-    assert sorted(sum(c.backend == "sdpa.cudnn" for c in s) for s in shards) == [1, 1, 1, 1]
-    assert sorted(c.id for s in shards for c in s) == sorted(c.id for c in cases)
-    assert _shards(cases, 4) == shards  # deterministic
-    assert _shards(cases[:1], 4) == [cases[:1]]  # no empty shards
-
-
-def test_kernel_workers_follows_cores_and_the_override(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("ATTN_DOCTOR_KERNEL_WORKERS", raising=False)
-    monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    assert kernel_workers() == 4
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    assert kernel_workers() == 1
-    monkeypatch.setenv("ATTN_DOCTOR_KERNEL_WORKERS", "2")
-    assert kernel_workers() == 2
+    assert app._warm_worker(app.CheckOptions()) is None
