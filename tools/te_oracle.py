@@ -139,7 +139,14 @@ FLASH_SETS: Tuple[Dict[str, str], ...] = (
     {"flash-attn-4": "4.0.0b11"},
     {"flash-attn": "2.8.3", "flash-attn-4": "4.0.0b11"},
     {"flash-attn": "2.6.3", "flash-attn-4": "4.0.0b11"},
+    # FA3 and FA4 together, and all three: where TE's per-member filters and its FA3-over-FA4
+    # preference on sm90 decide (te.flash is a family of te.fa2/te.fa3/te.fa4 in the doctor)
+    {"flash-attn-3": "3.0.0b1", "flash-attn-4": "4.0.0b11"},
+    {"flash-attn": "2.8.3", "flash-attn-3": "3.0.0b1", "flash-attn-4": "4.0.0b11"},
+    {"flash-attn": "2.7.4.post1", "flashattn-hopper": "3.0.0b1"},
 )
+# FA3 runs only on Hopper (sm90+ before TE 2.2): draws with FA3 installed mostly take sm90
+SMS_WITH_FA3 = (90, 90, 90, 80, 100)
 ENVS: Tuple[Dict[str, str], ...] = (
     {},
     {},
@@ -173,7 +180,7 @@ def generate(version: str, n: int, seed: int) -> List[Dict[str, Any]]:
     minor = int(version.split(".")[1])
     while len(out) < 2 * n:
         flash = dict(_pick(rng, FLASH_SETS))
-        if "flash-attn-4" in flash:
+        if "flash-attn-4" in flash and rng.random() < 0.85:
             flash["nvidia-cutlass-dsl"] = "4.6.2"  # FA4's own dependency; TE >= 2.19 checks it
         if (major, minor) <= (1, 11) and "flash-attn" not in flash:
             continue  # TE <= 1.11 does not import without flash-attn: nothing to compare
@@ -188,7 +195,7 @@ def generate(version: str, n: int, seed: int) -> List[Dict[str, Any]]:
         dtype = _pick(rng, ("bf16", "bf16", "fp16", "fp32", "fp8"))
         base = {
             "te_version": version,
-            "sm": _pick(rng, SMS),
+            "sm": _pick(rng, SMS_WITH_FA3 if {"flash-attn-3", "flashattn-hopper"} & set(flash) else SMS),
             "cudnn": _pick(rng, CUDNN),
             "packages": flash,
             "env": dict(_pick(rng, ENVS)),

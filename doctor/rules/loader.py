@@ -20,10 +20,20 @@ from doctor.model import Fix, Pin, Severity
 from doctor.versions import canonical_name, parse_pin
 from doctor.yamlio import read_yaml
 
-CACHE_FORMAT = 4
+CACHE_FORMAT = 5
 
 
 # --------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class Compose:
+    """One release range's way of joining a family's members (rules/schema.py COMPOSE)."""
+
+    any_of: Tuple[str, ...]
+    requires: Tuple[str, ...] = ()
+    when: Optional[Mapping[str, Any]] = None
+    note: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,8 @@ class Backend:
     framework: str
     installed: Optional[Mapping[str, Any]] = None
     cost: Optional[str] = None
+    members: Tuple["Backend", ...] = ()  # a family's sub-backends (TE: FA2, FA3, FA4 in te.flash)
+    compose: Tuple[Compose, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -247,6 +259,11 @@ def _check_semantics(path: Path, doc: Mapping[str, Any]) -> None:
         for j, b in enumerate(fw.get("backends", ())):
             if b.get("installed"):
                 walk(b["installed"], ["frameworks", i, "backends", j, "installed"])
+            for k, m in enumerate(b.get("members", ()) or ()):
+                walk(m.get("installed"), ["frameworks", i, "backends", j, "members", k, "installed"])
+            for k, c in enumerate(b.get("compose", ()) or ()):
+                if c.get("when"):
+                    walk(c["when"], ["frameworks", i, "backends", j, "compose", k, "when"])
 
 
 def _build(path: Path, doc: Mapping[str, Any]) -> Tuple[List[Framework], List[Rule]]:
@@ -264,6 +281,19 @@ def _build(path: Path, doc: Mapping[str, Any]) -> Tuple[List[Framework], List[Ru
                         framework=fw["id"],
                         installed=_plain(b.get("installed")),
                         cost=b.get("cost"),
+                        members=tuple(
+                            Backend(id=m["id"], name=m["name"], framework=fw["id"], installed=_plain(m["installed"]))
+                            for m in b.get("members", ()) or ()
+                        ),
+                        compose=tuple(
+                            Compose(
+                                any_of=tuple(c["any_of"]),
+                                requires=tuple(c.get("requires", ())),
+                                when=_plain(c.get("when")),
+                                note=c.get("note"),
+                            )
+                            for c in b.get("compose", ()) or ()
+                        ),
                     )
                     for b in fw["backends"]
                 ),
@@ -388,9 +418,20 @@ def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> 
     backend_ids: Dict[str, Framework] = {}
     for fw in frameworks:
         for b in fw.backends:
-            if b.id in backend_ids:
-                raise RuleError(f"backend {b.id}: defined twice", path=fw.path, line=fw.line)
-            backend_ids[b.id] = fw
+            for x in (b, *b.members):
+                if x.id in backend_ids:
+                    raise RuleError(f"backend {x.id}: defined twice", path=fw.path, line=fw.line)
+                backend_ids[x.id] = fw
+            member_ids = {m.id for m in b.members}
+            for c in b.compose:
+                for mid in (*c.any_of, *c.requires):
+                    if mid not in member_ids:
+                        raise RuleError(
+                            f"backend {b.id}: compose names {mid!r}, which is not one of its members",
+                            path=fw.path,
+                            line=fw.line,
+                            hint="members: " + ", ".join(sorted(member_ids)),
+                        )
         for sel in fw.selection:
             for bid in sel.order:
                 if bid not in {b.id for b in fw.backends}:
@@ -409,6 +450,7 @@ def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> 
                 yield from refs(cond["not"])
 
     fw_ids = {fw.id for fw in frameworks}
+    member_of = {m.id: b.id for fw in frameworks for b in fw.backends for m in b.members}
     for r in rules:
         for fw_ref in re.findall(r"\{(?:reasons|selected):([^{}]+)\}", r.title + " " + r.message):
             if fw_ref not in fw_ids:
@@ -423,6 +465,13 @@ def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> 
         for bid in refs(r.when):
             if bid not in backend_ids:
                 raise RuleError(f"rule {r.id}: refers to unknown backend {bid!r}", path=r.path, line=r.line)
+            if bid in member_of:
+                raise RuleError(
+                    f"rule {r.id}: refers to {bid!r}, a member of {member_of[bid]!r}",
+                    path=r.path,
+                    line=r.line,
+                    hint=f"findings read the family's availability: use backend {member_of[bid]}",
+                )
             if r.disables:
                 raise RuleError(
                     f"rule {r.id}: a backend rule may not depend on backend availability",
@@ -481,12 +530,24 @@ def _to_json(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> Dict[str
     return {"frameworks": [asdict(f) for f in frameworks], "rules": [asdict(r) for r in rules]}
 
 
+def _backend_from_json(b: Mapping[str, Any]) -> Backend:
+    return Backend(
+        **{
+            **b,
+            "members": tuple(_backend_from_json(m) for m in b.get("members", ())),
+            "compose": tuple(
+                Compose(**{**c, "any_of": tuple(c["any_of"]), "requires": tuple(c["requires"])}) for c in b.get("compose", ())
+            ),
+        }
+    )
+
+
 def _from_json(doc: Mapping[str, Any]) -> Catalogue:
     fws = tuple(
         Framework(
             **{
                 **f,
-                "backends": tuple(Backend(**b) for b in f["backends"]),
+                "backends": tuple(_backend_from_json(b) for b in f["backends"]),
                 "selection": tuple(Selection(**{**s, "order": tuple(s["order"])}) for s in f["selection"]),
                 "sources": tuple(f["sources"]),
             }
