@@ -21,8 +21,8 @@ Every answer is classified by which check fired: `model` (the class does not dec
 implementation), `unknown` (the release has no such implementation), `package` (the kernel
 package is missing), `gpu` (no CUDA device), `other`, or `ok` (the model was built; the
 implementation it ended up with is recorded too). The "kernels" answer is the oracle for the
-doctor's `path.model_supports` (doctor.rules.callpath._model_supports), which is read from the
-same flags statically by tools/hf_attn_support.py.
+doctor's `path.model_supports` (doctor.releases.model_support.model_supports), which is read
+from the same flags statically by tools/hf_attention_facts.py.
 """
 
 from __future__ import annotations
@@ -314,10 +314,13 @@ def oracle_verdict(kernels: Dict[str, Any]) -> Optional[bool]:
 
 
 def doctor_verdict(version: str, model_type: str, impl: str) -> Optional[bool]:
-    sys.path.insert(0, str(REPO))
-    from doctor.rules.callpath import _model_supports
+    try:
+        from doctor.releases.model_support import model_supports
+    except ImportError:  # run from a checkout without PYTHONPATH: use this repository's doctor
+        sys.path.insert(0, str(REPO))
+        from doctor.releases.model_support import model_supports
 
-    return _model_supports(version, model_type, impl)
+    return model_supports(version, model_type, impl)
 
 
 def score(records: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -326,6 +329,7 @@ def score(records: List[Dict[str, Any]]) -> Dict[str, Any]:
     by_version: Dict[str, Dict[str, int]] = {}
     disagreements: List[Dict[str, Any]] = []
     unmodelled: List[Dict[str, Any]] = []
+    inconclusive: List[Dict[str, Any]] = []
     for rec in records:
         v, mt, impl = rec["version"], rec["model_type"], rec["impl"]
         truth = oracle_verdict(rec["kernels"])
@@ -340,7 +344,7 @@ def score(records: List[Dict[str, Any]]) -> Dict[str, Any]:
             truth = None
         if truth is None and not absent:
             row["inconclusive"] += 1
-            disagreements.append({"version": v, "model_type": mt, "impl": impl, "kind": "inconclusive", "doctor": doc, "transformers": rec["kernels"]})
+            inconclusive.append({"version": v, "model_type": mt, "impl": impl, "doctor": doc, "error": rec["kernels"].get("error")})
             continue
         cases += 1
         row["cases"] += 1
@@ -354,7 +358,8 @@ def score(records: List[Dict[str, Any]]) -> Dict[str, Any]:
         else:
             disagreements.append({"version": v, "model_type": mt, "impl": impl, "kind": "absent" if absent else "verdict", "doctor": doc, "transformers": truth,
                                   "as_is": rec["as_is"], "kernels": rec["kernels"]})
-    return {"cases": cases, "agree": agree, "by_version": by_version, "disagreements": disagreements, "unmodelled": unmodelled}
+    return {"cases": cases, "agree": agree, "by_version": by_version, "disagreements": disagreements, "unmodelled": unmodelled,
+            "inconclusive": inconclusive}
 
 
 def check_order(records: List[Dict[str, Any]]) -> Dict[str, Dict[str, int]]:
@@ -427,7 +432,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     n, m = result["cases"], result["agree"]
     print(f"{m}/{n} agree ({100.0 * m / max(n, 1):.1f}%), {len(result['unmodelled'])} unmodelled, "
-          f"{len(result['disagreements'])} disagreements, {len(skipped)} releases skipped", file=sys.stderr)
+          f"{len(result['disagreements'])} disagreements, {len(result['inconclusive'])} inconclusive, "
+          f"{len(skipped)} releases skipped", file=sys.stderr)
     return 0
 
 

@@ -17,10 +17,11 @@ them as `path.<field>` (e.g. a TransformerEngine context-parallel rule needs `pa
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Mapping, Optional, Tuple
 
 from doctor.model import CALL_PATH_FIELDS as FIELDS
 from doctor.model import CallPath, Facts, Workload
+from doctor.releases.model_support import model_supports
 
 # Installed distributions that dispatch attention themselves, most specific first: when
 # LLaMA-Factory is installed, its trainer (on top of transformers) is what runs.
@@ -106,7 +107,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
     return CallPath(
         needs_mask=needs_mask,
         gqa_form=_gqa_form(workload, framework, library, needs_mask, packages),
-        model_supports=_model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None,
+        model_supports=model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None,
         framework=framework,
         attention=attention,
         library=library,
@@ -115,77 +116,6 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         model_type=workload.model_type,
         inferred=tuple(inferred),
     )
-
-
-def _model_supports(transformers: Optional[str], model_type: Optional[str], attention: Optional[str]) -> Optional[bool]:
-    """From rules/releases/transformers-attn-support.json (tools/hf_attn_support.py): the
-    newest release there at or below the installed one. None when any of it is unknown."""
-    if not transformers or not model_type or not attention:
-        return None
-    table = _support_table()
-    from doctor.versions import release
-
-    have = release(transformers)
-    if have is None:
-        return None
-    known = sorted((v for v in table if (release(v) or have) <= have), key=lambda v: release(v) or have)
-    if not known:
-        return None
-    impls = table[known[-1]].get(FOLDER_OF_MODEL_TYPE.get(model_type, model_type))
-    if impls is None:
-        return None
-    if attention in impls and _refused_by_model(transformers, model_type, attention):
-        return False
-    return attention in impls
-
-
-# The table is keyed by the models/<folder> name; model_types that live in another family's folder.
-FOLDER_OF_MODEL_TYPE = {"gemma3_text": "gemma3"}
-
-# Refusals the class flags do not show, found by tools/hf_oracle.py (docs/hf-oracle/
-# disagreements.md): (model_type, implementations, transformers releases, upstream source).
-_TF = "https://github.com/huggingface/transformers/blob/"
-REFUSED_BY_MODEL: Tuple[Tuple[str, Tuple[str, ...], str, str], ...] = (
-    # The class flag passes the request, but the model still picks its attention class from a
-    # `*_ATTENTION_CLASSES` dict with no key for it: KeyError while the model is built. The
-    # merged `_supports_flash_attn` flag (4.54) passes FA3 to such dicts; 4.48 set
-    # `_supports_flex_attn` on two families whose dicts had no flex entry (gone again in 4.49).
-    ("qwen2_moe", ("flash_attention_3",), ">=4.54,<5.0", _TF + "v4.57.1/src/transformers/models/qwen2_moe/modeling_qwen2_moe.py"),
-    ("olmoe", ("flash_attention_3",), ">=4.54,<5.0", _TF + "v4.57.1/src/transformers/models/olmoe/modeling_olmoe.py"),
-    ("phimoe", ("flash_attention_3",), ">=4.54,<5.0", _TF + "v4.57.1/src/transformers/models/phimoe/modeling_phimoe.py"),
-    ("dbrx", ("flash_attention_3",), ">=4.54,<5.0", _TF + "v4.57.1/src/transformers/models/dbrx/modeling_dbrx.py"),
-    ("falcon", ("flash_attention_3",), ">=4.54,<5.23", _TF + "v5.22.2/src/transformers/models/falcon/modeling_falcon.py"),
-    ("gptj", ("flash_attention_3",), ">=4.54,<5.23", _TF + "v5.22.2/src/transformers/models/gptj/modeling_gptj.py"),
-    ("gpt_neo", ("flash_attention_3",), ">=4.54,<5.23", _TF + "v5.22.2/src/transformers/models/gpt_neo/modeling_gpt_neo.py"),
-    ("olmoe", ("flex_attention",), ">=4.48,<4.49", _TF + "v4.48.3/src/transformers/models/olmoe/modeling_olmoe.py"),
-    ("phimoe", ("flex_attention",), ">=4.48,<4.49", _TF + "v4.48.3/src/transformers/models/phimoe/modeling_phimoe.py"),
-    # GptOssConfig's attn_implementation setter accepts only the vllm-flash-attn3 hub kernel
-    # (5.3 replaced it with `_compatible_flash_implementations`, which redirects instead).
-    ("gpt_oss", ("flash_attention_2", "flash_attention_3"), ">=5.0,<5.3", _TF + "v5.0.0/src/transformers/models/gpt_oss/configuration_gpt_oss.py"),
-)
-
-
-def _refused_by_model(transformers: str, model_type: str, attention: str) -> bool:
-    from doctor.versions import version_matches
-
-    return any(mt == model_type and attention in impls and version_matches(transformers, spec) for mt, impls, spec, _ in REFUSED_BY_MODEL)
-
-
-_TABLE: Dict[str, Dict[str, List[str]]] = {}
-
-
-def _support_table() -> Dict[str, Dict[str, List[str]]]:
-    if not _TABLE:
-        import json
-
-        from doctor.resources import rules_dir
-
-        try:
-            doc = json.loads((rules_dir() / "releases" / "transformers-attn-support.json").read_text(encoding="utf-8"))
-            _TABLE.update(doc.get("releases") or {})
-        except (OSError, ValueError):
-            pass
-    return _TABLE
 
 
 def _gqa_form(workload: Workload, framework: Optional[str], library: Optional[str], needs_mask: bool, packages: Mapping[str, str]) -> Optional[str]:

@@ -61,7 +61,7 @@ def test_doctor_agrees_with_every_recorded_transformers_verdict(replay):
     assert not wrong, f"{len(wrong)} recorded transformers verdicts the doctor now contradicts:\n" + "\n".join(lines[:30])
 
 
-# Refusals the oracle found that the class flags do not show (doctor/rules/callpath.py
+# Refusals the oracle found that the class flags do not show (doctor/releases/model_support.py
 # REFUSED_BY_MODEL): the finding fires inside the range and stays quiet outside it.
 FIRES = [
     ("5.0.0", "gpt_oss", "flash_attention_2"),  # GptOssConfig accepts only the vllm-flash-attn3 hub kernel

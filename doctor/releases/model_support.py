@@ -1,0 +1,86 @@
+"""Which attention implementations a transformers model family declares, by release: the
+`models` table of rules/evidence/transformers_attention.json (written from the released wheels by
+tools/hf_attention_facts.py; the seeded tests read the same file's `releases` table).
+
+Each family lists the releases where its set of implementations changed; the answer for an
+installed transformers is the newest of those at or below it. Loaded once, on first use.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from functools import lru_cache
+from typing import Dict, List, Optional, Tuple
+
+from packaging.version import Version
+
+from doctor.versions import release
+
+_Points = Tuple[List[Version], List[Optional[Tuple[str, ...]]]]
+
+
+@lru_cache(maxsize=1)
+def _table() -> Dict[str, _Points]:
+    from doctor.resources import rules_dir
+
+    try:
+        doc = json.loads((rules_dir() / "evidence" / "transformers_attention.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    out: Dict[str, _Points] = {}
+    for family, points in (doc.get("models") or {}).items():
+        rows = sorted((Version(v), None if impls is None else tuple(impls)) for v, impls in points.items())
+        out[family] = ([v for v, _ in rows], [i for _, i in rows])
+    return out
+
+
+def model_supports(transformers: Optional[str], model_type: Optional[str], attention: Optional[str]) -> Optional[bool]:
+    """True/False when the family's classes in that transformers release declare `attention`;
+    None when the release, the family or the attention is unknown (or the family is not in
+    that release)."""
+    if not transformers or not model_type or not attention:
+        return None
+    have = release(transformers)
+    points = _table().get(FOLDER_OF_MODEL_TYPE.get(model_type, model_type))
+    if have is None or points is None:
+        return None
+    at = bisect.bisect_right(points[0], have) - 1
+    impls = points[1][at] if at >= 0 else None
+    if impls is None:
+        return None
+    if attention in impls and _refused_by_model(transformers, model_type, attention):
+        return False
+    return attention in impls
+
+
+# The table is keyed by the models/<folder> name; model_types that live in another family's folder.
+FOLDER_OF_MODEL_TYPE = {"gemma3_text": "gemma3"}
+
+# Refusals the class flags do not show, found by tools/hf_oracle.py (docs/hf-oracle/
+# disagreements.md): (model_type, implementations, transformers releases, upstream source).
+_TF = "https://github.com/huggingface/transformers/blob/"
+REFUSED_BY_MODEL: Tuple[Tuple[str, Tuple[str, ...], str, str], ...] = (
+    # The class flag passes the request, but the model still picks its attention class from a
+    # `*_ATTENTION_CLASSES` dict with no key for it: KeyError while the model is built. The
+    # merged `_supports_flash_attn` flag (4.54) passes FA3 to such dicts; 4.48 set
+    # `_supports_flex_attn` on two families whose dicts had no flex entry (gone again in 4.49).
+    ("qwen2_moe", ("flash_attention_3",), ">=4.54,<5.0", _TF + "v4.57.1/src/transformers/models/qwen2_moe/modeling_qwen2_moe.py"),
+    ("olmoe", ("flash_attention_3",), ">=4.54,<5.0", _TF + "v4.57.1/src/transformers/models/olmoe/modeling_olmoe.py"),
+    ("phimoe", ("flash_attention_3",), ">=4.54,<5.0", _TF + "v4.57.1/src/transformers/models/phimoe/modeling_phimoe.py"),
+    ("dbrx", ("flash_attention_3",), ">=4.54,<5.0", _TF + "v4.57.1/src/transformers/models/dbrx/modeling_dbrx.py"),
+    ("falcon", ("flash_attention_3",), ">=4.54,<5.23", _TF + "v5.22.2/src/transformers/models/falcon/modeling_falcon.py"),
+    ("gptj", ("flash_attention_3",), ">=4.54,<5.23", _TF + "v5.22.2/src/transformers/models/gptj/modeling_gptj.py"),
+    ("gpt_neo", ("flash_attention_3",), ">=4.54,<5.23", _TF + "v5.22.2/src/transformers/models/gpt_neo/modeling_gpt_neo.py"),
+    ("olmoe", ("flex_attention",), ">=4.48,<4.49", _TF + "v4.48.3/src/transformers/models/olmoe/modeling_olmoe.py"),
+    ("phimoe", ("flex_attention",), ">=4.48,<4.49", _TF + "v4.48.3/src/transformers/models/phimoe/modeling_phimoe.py"),
+    # GptOssConfig's attn_implementation setter accepts only the vllm-flash-attn3 hub kernel
+    # (5.3 replaced it with `_compatible_flash_implementations`, which redirects instead).
+    ("gpt_oss", ("flash_attention_2", "flash_attention_3"), ">=5.0,<5.3", _TF + "v5.0.0/src/transformers/models/gpt_oss/configuration_gpt_oss.py"),
+)
+
+
+def _refused_by_model(transformers: str, model_type: str, attention: str) -> bool:
+    from doctor.versions import version_matches
+
+    return any(mt == model_type and attention in impls and version_matches(transformers, spec) for mt, impls, spec, _ in REFUSED_BY_MODEL)
