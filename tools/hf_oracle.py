@@ -213,6 +213,10 @@ def worker(spec: Dict[str, Any]) -> List[Dict[str, Any]]:
     import warnings
 
     warnings.filterwarnings("ignore")
+    # An editable install of this repository puts its root on sys.path, and its `kernels/`
+    # folder then imports as a namespace package that transformers 5.x takes for the hub
+    # `kernels` library. Keep the release's environment to itself.
+    sys.path[:] = [p for p in sys.path if not (Path(p or ".") / "doctor" / "__init__.py").exists()]
     mode = spec["mode"]
     if mode == "kernels":
         stubs = Path(spec["stubs"])
@@ -249,7 +253,7 @@ def worker(spec: Dict[str, Any]) -> List[Dict[str, Any]]:
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 rec["result"] = classify(exc)
-                rec["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"
+                rec["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
             out.append(rec)
         del cfg0
     return out
