@@ -9,6 +9,7 @@ models, except the ones docs/hf-oracle/disagreements.md explains (listed in EXPL
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
 
@@ -79,15 +80,21 @@ PASSES = [
 ]
 
 
+@functools.lru_cache(maxsize=1)
+def _catalogue():
+    from doctor.rules.loader import load_catalogue
+
+    return load_catalogue(use_cache=False)
+
+
 def _status(version, model_type, impl):
     from doctor.rules.cases import case_inputs
     from doctor.rules.evaluate import diagnose
-    from doctor.rules.loader import load_catalogue
 
     case = {"packages": {"transformers": version, "torch": "2.8.0"}, "gpu": "9.0",
             "workload": {"model_type": model_type, "attn_implementation": impl}}
     facts, workload = case_inputs(case)
-    return diagnose(load_catalogue(use_cache=False), facts, workload).result("HF-MODEL-HAS-NO-SUCH-ATTENTION").status
+    return diagnose(_catalogue(), facts, workload).result("HF-MODEL-HAS-NO-SUCH-ATTENTION").status
 
 
 @pytest.mark.parametrize("version,model_type,impl", FIRES)
