@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from doctor.rules.evaluate import Diagnosis
     from doctor.rules.loader import Catalogue
     from doctor.verify.results import KernelRun
-    from doctor.verify.runner import Observer
+    from doctor.verify.runner import Observer, WarmWorker
 
 
 # --------------------------------------------------------------------------- options
@@ -187,11 +187,16 @@ def run_check(opts: CheckOptions, observer: Optional["Observer"] = None) -> Repo
 
     if opts.kernels_only and (not opts.kernels or opts.env_files or opts.assume or opts.assume_env):
         raise InputError("--kernels-only runs kernels here: it cannot be combined with --no-kernels, --env or --assume")
-    inputs = load_inputs(opts)
-    if len(opts.env_files) > 1:
-        return check_fleet(inputs, opts.env_files)
-    diagnosis = diagnose(inputs.catalogue, inputs.facts, inputs.workload)
-    kernel_run, skipped = _kernel_stage(opts, inputs, diagnosis, observer)
+    warm = _warm_worker(opts)
+    try:
+        inputs = load_inputs(opts)
+        if len(opts.env_files) > 1:
+            return check_fleet(inputs, opts.env_files)
+        diagnosis = diagnose(inputs.catalogue, inputs.facts, inputs.workload)
+        kernel_run, skipped = _kernel_stage(opts, inputs, diagnosis, observer, warm)
+    finally:
+        if warm is not None:
+            warm.close()
     report = check(inputs, diagnosis=diagnosis, kernel_run=kernel_run, kernels_skipped=skipped)
     if opts.kernels_only:
         if kernel_run is None:  # a GPU smoke test that ran nothing must not pass
@@ -200,8 +205,31 @@ def run_check(opts: CheckOptions, observer: Optional["Observer"] = None) -> Repo
     return with_planned_fixes(report, inputs, diagnosis, opts.releases)
 
 
+def _warm_worker(opts: CheckOptions) -> Optional["WarmWorker"]:
+    """Start the kernel worker now, so that its torch import, CUDA start and cuDNN load
+    overlap the probe, when the kernel stage will probably run: this machine, nothing assumed,
+    a GPU device node and a torch this Python can import. A wrong guess costs one background
+    import; an unused worker is stopped. ATTN_DOCTOR_WARM_WORKER=0 turns this off."""
+    import importlib.util
+    import os
+
+    if not opts.kernels or opts.env_files or opts.assume or opts.assume_env or opts.configs:
+        return None
+    if os.environ.get("ATTN_DOCTOR_WARM_WORKER", "1") == "0":
+        return None
+    if not os.path.exists("/dev/nvidiactl") or importlib.util.find_spec("torch") is None:
+        return None
+    from doctor.verify.runner import WarmWorker
+
+    try:
+        return WarmWorker()
+    except OSError:
+        return None
+
+
 def _kernel_stage(
-    opts: CheckOptions, inputs: Inputs, diagnosis: "Diagnosis", observer: Optional["Observer"]
+    opts: CheckOptions, inputs: Inputs, diagnosis: "Diagnosis", observer: Optional["Observer"],
+    warm: Optional["WarmWorker"] = None,
 ) -> Tuple[Optional["KernelRun"], Optional[str]]:
     """Run the kernel cases when torch with CUDA and a GPU are present; else say why not."""
     if not opts.kernels:
@@ -220,7 +248,7 @@ def _kernel_stage(
         installed.add("sdpa.flex")
     cases = verify.plan_cases(inputs.workload if inputs.workload.shape_given else None, installed)
     return verify.run_cases(cases, observer=observer,
-                            ask=[verify.ask_request(inputs.workload)]), None
+                            ask=[verify.ask_request(inputs.workload)], warm=warm), None
 
 
 def check(

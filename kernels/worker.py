@@ -14,6 +14,10 @@ Anything a library prints goes to stderr: the real stdout is kept for the protoc
 After a CUDA error that poisons the context (illegal memory access, device assert) the
 worker reports the case as crashed and exits with status 3; the runner starts a fresh one.
 
+Started as `python worker.py --warm DEVICE`, the worker imports torch and initialises DEVICE
+before it reads stdin, so `check` can start it while the probe is still running and the case
+list is not known yet; its "env" event then comes before the document is sent.
+
 Test hooks: with ATTN_DOCTOR_WORKER_SELFTEST=1 the backends selftest.{pass,fail,raise,
 abort,segfault,exit,sleep,print} exist, and ATTN_DOCTOR_WORKER_NO_TORCH=1 skips torch.
 """
@@ -450,19 +454,31 @@ def main() -> int:
     faulthandler.enable(file=crash_log, all_threads=False)
     proto.send("hello", protocol=PROTOCOL, pid=os.getpid(), t_process=T_PROCESS,
                t_hello=time.time(), python=sys.executable)
+    selftest = os.environ.get("ATTN_DOCTOR_WORKER_SELFTEST") == "1"
+    no_torch = os.environ.get("ATTN_DOCTOR_WORKER_NO_TORCH") == "1" and selftest
+
+    def start(requested: str) -> Any:
+        if no_torch:
+            proto.send("env", torch=None, device="none", import_s=0.0, cuda_init_s=0.0,
+                       packages={}, python=sys.version.split()[0])
+            return None
+        dev, env = start_torch(requested)
+        proto.send("env", **env)
+        return dev
+
+    warm = sys.argv[2] if len(sys.argv) > 2 and sys.argv[1] == "--warm" else None
+    device: Any = start(warm) if warm is not None else None
     doc = json.loads(sys.stdin.read() or "{}")
     if doc.get("protocol", PROTOCOL) != PROTOCOL:
         proto.send("error", detail=f"protocol {doc.get('protocol')} not understood")
         return 2
     cases = list(doc.get("cases", []))
-    selftest = os.environ.get("ATTN_DOCTOR_WORKER_SELFTEST") == "1"
-    device: Any = None
-    if os.environ.get("ATTN_DOCTOR_WORKER_NO_TORCH") == "1" and selftest:
-        proto.send("env", torch=None, device="none", import_s=0.0, cuda_init_s=0.0,
-                   packages={}, python=sys.version.split()[0])
-    else:
-        device, env = start_torch(str(doc.get("device", "auto")))
-        proto.send("env", **env)
+    if warm is None:
+        device = start(str(doc.get("device", "auto")))
+    elif str(doc.get("device", "auto")) != warm:
+        proto.send("error", detail=f"warm worker started for device {warm}, asked for "
+                   f"{doc.get('device')}")
+        return 2
     if doc.get("ask") and device is not None:
         ask_libraries(proto, doc["ask"], device)
     t_cases = time.time()

@@ -4,7 +4,8 @@
 
 Commands (each a fresh process, run with this interpreter and the doctor on PYTHONPATH):
 `import torch` + CUDA init, the loaded-facts probe (child imports torch; cache off),
-`check --format json` with kernels, `check --no-kernels`, and torch's own
+`check --format json` with kernels (as shipped; with the warm start off, as before; and with the
+loaded-facts cache on), `check --no-kernels`, and torch's own
 `python -m torch.utils.collect_env`. Pass 1 drops the page cache before every command
 when --drop-caches is given and /proc/sys/vm/drop_caches is writable (a "fresh machine"
 for each command, not just the first); later passes run warm.
@@ -26,6 +27,10 @@ COMMANDS = {
     "probe (loaded facts, cache off)": [PY, "-m", "doctor", "probe", "--format", "json"],
     "check --no-kernels (cache off)": [PY, "-m", "doctor", "check", "--no-kernels", "--format", "json"],
     "check with kernels (cache off)": [PY, "-m", "doctor", "check", "--format", "json"],
+    "check with kernels (cache off; no warm start, as before)":
+        ["env", "ATTN_DOCTOR_WARM_WORKER=0", PY, "-m", "doctor", "check", "--format", "json"],
+    "check with kernels (loaded facts cached)": ["env", "-u", "ATTN_DOCTOR_NO_CACHE",
+                                                 PY, "-m", "doctor", "check", "--format", "json"],
     "torch.utils.collect_env": [PY, "-m", "torch.utils.collect_env"],
 }
 

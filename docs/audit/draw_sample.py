@@ -1,28 +1,38 @@
-"""Draw the second audit sample: 30 rule ids from the catalogue, uniformly, with a fixed seed.
+"""Draw an audit sample: rule ids from the catalogue, uniformly, with a fixed seed.
 
-    PYTHONPATH=. python docs/audit/draw_sample.py        # prints one id per line
+    PYTHONPATH=. python docs/audit/draw_sample.py            # the third sample (seed 202611223)
+    PYTHONPATH=. python docs/audit/draw_sample.py --sample 2 # the second one
 
-The ids are sorted before sampling so that the draw depends only on the catalogue's ids and the
-seed, not on file order. The draw in sample-2.md / sample-2-ids.txt was made on the 174-rule
-catalogue of commit 7ce5c2c; a catalogue with other ids draws other rules. To reproduce it:
-`mkdir /tmp/s2 && git archive b815ac2 | tar -x -C /tmp/s2 && cd /tmp/s2 && PYTHONPATH=. python docs/audit/draw_sample.py` (b815ac2 adds this script on top of 7ce5c2c; same rule ids).
+The ids are sorted before sampling, so the draw depends only on the catalogue's ids and the
+seed, not on file order. A catalogue with other ids draws other rules, so each sample names
+the commit it was drawn at:
+
+- sample 2 (seed 202611222, 30 of 174 rules) at 7ce5c2c; to reproduce,
+  `mkdir /tmp/s2 && git archive b815ac2 | tar -x -C /tmp/s2 && cd /tmp/s2 && PYTHONPATH=. python docs/audit/draw_sample.py`
+  (b815ac2 adds the first version of this script on top of 7ce5c2c; same rule ids).
+- sample 3 (seed 202611223, 30 rules): its seed was committed before the draw; the commit it
+  was drawn at is named in sample-3.md.
 """
 
 from __future__ import annotations
 
+import argparse
 import random
 
 from doctor.rules.loader import load_catalogue
 
-SEED = 20261122_2
+SEEDS = {2: 20261122_2, 3: 20261122_3}
 SIZE = 30
 
 
-def draw() -> list:
+def draw(sample: int = 3, size: int = SIZE) -> list:
     ids = sorted(r.id for r in load_catalogue(use_cache=False).rules)
-    return random.Random(SEED).sample(ids, SIZE)
+    return random.Random(SEEDS[sample]).sample(ids, size)
 
 
 if __name__ == "__main__":
-    for rule_id in draw():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sample", type=int, default=3, choices=sorted(SEEDS))
+    args = ap.parse_args()
+    for rule_id in draw(args.sample):
         print(rule_id)

@@ -39,7 +39,7 @@ class Phases:
     worker_start_s: float = 0.0  # spawn -> interpreter up (first worker)
     import_s: float = 0.0  # import torch (first worker)
     cuda_init_s: float = 0.0  # CUDA context + first kernel (first worker)
-    cases_s: float = 0.0  # time inside cases, all workers
+    cases_s: float = 0.0  # wall time from the first worker ready to the last case done
     restart_s: float = 0.0  # start-up time of replacement workers after crashes/timeouts
     total_s: float = 0.0
     workers: int = 0

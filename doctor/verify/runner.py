@@ -79,27 +79,31 @@ def _exit_text(rc: Optional[int]) -> str:
 
 
 class _Worker:
-    """One worker process: JSON in on stdin, events out through a reader thread."""
+    """One worker process: JSON in on stdin, events out through a reader thread. A warm
+    worker (`warm=True`) imports torch and initialises the device before the document is sent
+    (`send`); a cold one is sent its document at once."""
 
-    def __init__(self, python: str, cases: Sequence[CaseSpec], device: str,
-                 env: Optional[Mapping[str, str]], stderr_path: Path,
-                 ask: Sequence[Mapping[str, Any]] = ()) -> None:
+    def __init__(self, python: str, device: str, env: Optional[Mapping[str, str]],
+                 stderr_path: Path, *, warm: bool = False) -> None:
         self.t_spawn = time.time()
+        self.python, self.device, self.env = python, device, dict(env or {})
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "wb")
         full_env = dict(os.environ)
         full_env.update(env or {})
         full_env.setdefault("PYTHONUNBUFFERED", "1")
         self.proc = subprocess.Popen(
-            [python, "-u", str(worker_path())],
+            [python, "-u", str(worker_path()), *(("--warm", device) if warm else ())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
             env=full_env, start_new_session=True,
         )
         self.events: "queue.Queue[Optional[Dict[str, Any]]]" = queue.Queue()
-        doc = json.dumps({"protocol": PROTOCOL, "device": device, "ask": list(ask),
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def send(self, cases: Sequence[CaseSpec], ask: Sequence[Mapping[str, Any]] = ()) -> None:
+        doc = json.dumps({"protocol": PROTOCOL, "device": self.device, "ask": list(ask),
                           "cases": [c.to_json() for c in cases]})
         threading.Thread(target=self._feed, args=(doc,), daemon=True).start()
-        threading.Thread(target=self._read, daemon=True).start()
 
     def _feed(self, doc: str) -> None:
         try:
@@ -117,6 +121,7 @@ class _Worker:
             except ValueError:
                 continue  # not a protocol line
             if isinstance(ev, dict):
+                ev["_received"] = time.time()  # a warm worker's events wait in the queue
                 self.events.put(ev)
         self.events.put(None)
 
@@ -140,145 +145,210 @@ class _Worker:
         return _tail(self.stderr_path)
 
 
-def run_cases(cases: Sequence[CaseSpec], *, python: str = sys.executable,
-              timeout_s: float = DEFAULT_TIMEOUT_S, observer: Optional[Observer] = None,
-              env: Optional[Mapping[str, str]] = None, device: str = "auto",
-              startup_timeout_s: float = STARTUP_TIMEOUT_S,
-              ask: Sequence[Mapping[str, Any]] = ()) -> KernelRun:
-    """Run the cases in worker processes; restart after a crash or timeout. `ask`: workloads
-    (Workload field dicts, see ask_request) for which the first worker asks each installed
-    library which backend it would pick, before any kernel runs (`KernelRun.asked`)."""
-    t0 = time.time()
-    watch: Observer = observer if observer is not None else NoObserver()
-    watch.on_start(len(cases))
-    pending: List[CaseSpec] = list(cases)
-    results: Dict[str, CaseResult] = {}
-    details: Dict[str, CaseDetail] = {}
-    env_ev: Dict[str, Any] = {}
-    ph: Dict[str, float] = {"worker_start_s": 0.0, "import_s": 0.0, "cuda_init_s": 0.0,
-                            "cases_s": 0.0, "restart_s": 0.0}
-    workers = 0
-    asked: List[Dict[str, Any]] = []
+class WarmWorker:
+    """A kernel worker started before the case list is known: it imports torch and
+    initialises the GPU while the probe runs, and `run_cases(..., warm=)` gives it the cases.
+    `close()` stops it if it was not used (or is done); safe to call twice."""
 
-    def record(spec: CaseSpec, status: str, detail: str, *, max_rel: Optional[float] = None,
+    def __init__(self, python: str = sys.executable, device: str = "auto",
+                 env: Optional[Mapping[str, str]] = None) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="attn-doctor-warm-")
+        self.worker: Optional[_Worker] = _Worker(python, device, env,
+                                                 Path(self._tmp.name) / "warm.stderr", warm=True)
+
+    def take(self, python: str, device: str, env: Optional[Mapping[str, str]]) -> Optional[_Worker]:
+        """The worker, once, if it was started the way this run would start one."""
+        w, self.worker = self.worker, None
+        if w is not None and (w.python, w.device, w.env) == (python, device, dict(env or {})):
+            return w
+        if w is not None:
+            w.kill()
+        return None
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.kill()
+            self.worker = None
+        self._tmp.cleanup()
+
+    def __enter__(self) -> "WarmWorker":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Run:
+    """What one run_cases call collects (the lock guards the observer's view)."""
+
+    def __init__(self, watch: Observer) -> None:
+        self.lock = threading.Lock()
+        self.watch = watch
+        self.results: Dict[str, CaseResult] = {}
+        self.details: Dict[str, CaseDetail] = {}
+        self.env_ev: Dict[str, Any] = {}
+        self.asked: List[Dict[str, Any]] = []
+        self.ph: Dict[str, float] = {"worker_start_s": 0.0, "import_s": 0.0, "cuda_init_s": 0.0,
+                                     "restart_s": 0.0}
+        self.workers = 0
+        self.first_env: Optional[float] = None
+
+    def record(self, spec: CaseSpec, status: str, detail: str, *, max_rel: Optional[float] = None,
                ms: Optional[float] = None, tflops: Optional[float] = None,
                seconds: Optional[float] = None, checks: Tuple[TensorCheck, ...] = (),
                tail: str = "") -> None:
         r = CaseResult(id=spec.id, backend=spec.backend, status=status, detail=detail,
                        max_rel_error=max_rel, ms=ms, tflops=tflops)
-        results[spec.id] = r
-        details[spec.id] = CaseDetail(spec.id, spec.purpose, seconds, checks, tail)
-        watch.on_case(r)
+        with self.lock:
+            self.results[spec.id] = r
+            self.details[spec.id] = CaseDetail(spec.id, spec.purpose, seconds, checks, tail)
+            self.watch.on_case(r)
 
-    with tempfile.TemporaryDirectory(prefix="attn-doctor-") as tmp:
-        while pending:
+
+def _run_sequence(run: _Run, cases: Sequence[CaseSpec], *, python: str, timeout_s: float,
+               env: Optional[Mapping[str, str]], device: str, startup_timeout_s: float,
+               ask: Sequence[Mapping[str, Any]], warm: Optional[WarmWorker], tmp: str) -> None:
+    """Run `cases` in one worker at a time; after a crash or a timeout, a fresh worker takes
+    the rest. `ask` goes to the first worker, which also gives the run's environment and
+    start-up phases."""
+    pending: List[CaseSpec] = list(cases)
+    started_here = 0
+    record = run.record
+    while pending:
+        try:
+            w_warm = warm.take(python, device, env) if warm is not None and started_here == 0 else None
+            w = w_warm or _Worker(python, device, env, Path(tmp) / f"worker{started_here}.stderr")
+            w.send(pending, ask=ask if started_here == 0 else ())
+        except OSError as exc:
+            for c in pending:
+                record(c, "skipped", f"kernel worker could not be started with {python}: {exc}")
+            pending.clear()
+            break
+        started_here += 1
+        first = started_here == 1
+        with run.lock:
+            run.workers += 1
+        by_id = {c.id: c for c in pending}
+        current: Optional[CaseSpec] = None
+        started = False
+        t_case: Optional[float] = None
+        deadline = time.time() + startup_timeout_s
+        while True:
             try:
-                w = _Worker(python, pending, device, env, Path(tmp) / f"worker{workers}.stderr",
-                            ask=ask if workers == 0 else ())
-            except OSError as exc:
-                for c in pending:
-                    record(c, "skipped", f"kernel worker could not be started with {python}: "
-                           f"{exc}")
-                pending.clear()
-                break
-            workers += 1
-            by_id = {c.id: c for c in pending}
-            current: Optional[CaseSpec] = None
-            started = False
-            t_case = t_env = None
-            deadline = time.time() + startup_timeout_s
-            while True:
-                try:
-                    ev = w.events.get(timeout=max(0.0, deadline - time.time()))
-                except queue.Empty:
-                    w.kill()
-                    tail = w.stderr_tail()
-                    if current is not None:
-                        limit = current.timeout_s or timeout_s
-                        record(current, "timeout", f"no result within {limit:g} s; worker "
-                               "killed", seconds=time.time() - (t_case or t0), tail=tail)
-                        pending.remove(current)
-                    else:
-                        why = "did not start" if not started else "stalled between cases"
-                        for c in pending:
-                            record(c, "skipped", f"kernel worker {why} within "
-                                   f"{startup_timeout_s:g} s", tail=tail)
-                        pending.clear()
-                    break
-                if ev is None:  # worker exited
-                    rc = w.wait()
-                    tail = w.stderr_tail()
-                    if current is not None:
-                        record(current, "crashed", f"worker {_exit_text(rc)} during the case",
-                               seconds=time.time() - (t_case or t0), tail=tail)
-                        pending.remove(current)
-                    elif not started:
-                        last = tail.splitlines()[-1] if tail else _exit_text(rc)
-                        for c in pending:
-                            record(c, "skipped", f"kernel worker failed to start: {last}",
-                                   tail=tail)
-                        pending.clear()
-                    break
-                kind = ev.get("event")
-                now = time.time()
-                if kind == "hello":
-                    if workers == 1:
-                        ph["worker_start_s"] = now - w.t_spawn
-                elif kind == "env":
-                    started = True
-                    t_env = now
-                    if workers == 1:
-                        env_ev = ev
-                        ph["import_s"] = float(ev.get("import_s") or 0.0)
-                        ph["cuda_init_s"] = float(ev.get("cuda_init_s") or 0.0)
-                    else:
-                        ph["restart_s"] += now - w.t_spawn
-                    deadline = now + timeout_s
-                elif kind == "ask":
-                    asked.append({k: v for k, v in ev.items() if k != "event"})
-                    deadline = now + timeout_s
-                elif kind == "start":
-                    current = by_id.get(str(ev.get("id")))
-                    t_case = now
-                    limit = (current.timeout_s if current and current.timeout_s else timeout_s)
-                    deadline = now + limit
-                elif kind == "result":
-                    spec = by_id.get(str(ev.get("id")))
-                    if spec is not None and spec in pending:
-                        checks = tuple(TensorCheck(**{k: c.get(k) for k in
-                                                      ("name", "rel_error", "baseline",
-                                                       "tolerance", "nonfinite", "unwritten")})
-                                       for c in ev.get("checks") or [])
-                        status = str(ev.get("status"))
-                        record(spec, status if status in STATUSES else "failed",
-                               str(ev.get("detail", "")), max_rel=ev.get("max_rel_error"),
-                               ms=ev.get("ms"), tflops=ev.get("tflops"),
-                               seconds=ev.get("seconds"), checks=checks,
-                               tail=w.stderr_tail() if status == "crashed" else "")
-                        pending.remove(spec)
-                    current = None
-                    deadline = now + timeout_s
-                elif kind == "done":
-                    w.wait()
-                    break
-            if t_env is not None:
-                ph["cases_s"] += time.time() - t_env
-            if w.proc.poll() is None:
+                ev = w.events.get(timeout=max(0.0, deadline - time.time()))
+            except queue.Empty:
                 w.kill()
+                tail = w.stderr_tail()
+                if current is not None:
+                    limit = current.timeout_s or timeout_s
+                    record(current, "timeout", f"no result within {limit:g} s; worker killed",
+                           seconds=time.time() - (t_case or w.t_spawn), tail=tail)
+                    pending.remove(current)
+                else:
+                    why = "did not start" if not started else "stalled between cases"
+                    for c in pending:
+                        record(c, "skipped", f"kernel worker {why} within {startup_timeout_s:g} s",
+                               tail=tail)
+                    pending.clear()
+                break
+            if ev is None:  # worker exited
+                rc = w.wait()
+                tail = w.stderr_tail()
+                if current is not None:
+                    record(current, "crashed", f"worker {_exit_text(rc)} during the case",
+                           seconds=time.time() - (t_case or w.t_spawn), tail=tail)
+                    pending.remove(current)
+                elif not started:
+                    last = tail.splitlines()[-1] if tail else _exit_text(rc)
+                    for c in pending:
+                        record(c, "skipped", f"kernel worker failed to start: {last}", tail=tail)
+                    pending.clear()
+                break
+            kind = ev.get("event")
+            now = time.time()
+            received = float(ev.pop("_received", None) or now)  # earlier for a warm worker
+            if kind == "hello":
+                if first:
+                    run.ph["worker_start_s"] = received - w.t_spawn
+            elif kind == "env":
+                started = True
+                with run.lock:
+                    run.first_env = now if run.first_env is None else min(run.first_env, now)
+                    if first:
+                        run.env_ev = ev
+                        run.ph["import_s"] = float(ev.get("import_s") or 0.0)
+                        run.ph["cuda_init_s"] = float(ev.get("cuda_init_s") or 0.0)
+                    else:
+                        run.ph["restart_s"] += received - w.t_spawn
+                deadline = now + timeout_s
+            elif kind == "ask":
+                with run.lock:
+                    run.asked.append({k: v for k, v in ev.items() if k != "event"})
+                deadline = now + timeout_s
+            elif kind == "start":
+                current = by_id.get(str(ev.get("id")))
+                t_case = now
+                limit = (current.timeout_s if current and current.timeout_s else timeout_s)
+                deadline = now + limit
+            elif kind == "result":
+                spec = by_id.get(str(ev.get("id")))
+                if spec is not None and spec in pending:
+                    checks = tuple(TensorCheck(**{k: c.get(k) for k in
+                                                  ("name", "rel_error", "baseline",
+                                                   "tolerance", "nonfinite", "unwritten")})
+                                   for c in ev.get("checks") or [])
+                    status = str(ev.get("status"))
+                    record(spec, status if status in STATUSES else "failed",
+                           str(ev.get("detail", "")), max_rel=ev.get("max_rel_error"),
+                           ms=ev.get("ms"), tflops=ev.get("tflops"),
+                           seconds=ev.get("seconds"), checks=checks,
+                           tail=w.stderr_tail() if status == "crashed" else "")
+                    pending.remove(spec)
+                current = None
+                deadline = now + timeout_s
+            elif kind == "done":
+                w.wait()
+                break
+        if w.proc.poll() is None:
+            w.kill()
 
-    ordered = tuple(results[c.id] for c in cases if c.id in results)
-    run = KernelRun(
+
+def run_cases(cases: Sequence[CaseSpec], *, python: str = sys.executable,
+              timeout_s: float = DEFAULT_TIMEOUT_S, observer: Optional[Observer] = None,
+              env: Optional[Mapping[str, str]] = None, device: str = "auto",
+              startup_timeout_s: float = STARTUP_TIMEOUT_S,
+              ask: Sequence[Mapping[str, Any]] = (),
+              warm: Optional[WarmWorker] = None) -> KernelRun:
+    """Run the cases in worker processes; restart after a crash or timeout. `ask`: workloads
+    (Workload field dicts, see ask_request) for which the first worker asks each installed
+    library which backend it would pick, before any kernel runs (`KernelRun.asked`). `warm`:
+    a worker already started (same python, device and env) serves as the first one.
+
+    One worker at a time: several CUDA contexts on one GPU time-slice, and on an H100 four
+    workers took 19.1 s for the 68-case matrix where one took 13.6 s
+    (benchmarks/results/gpu-check.md)."""
+    t0 = time.time()
+    watch: Observer = observer if observer is not None else NoObserver()
+    watch.on_start(len(cases))
+    run = _Run(watch)
+    with tempfile.TemporaryDirectory(prefix="attn-doctor-") as tmp:
+        _run_sequence(run, cases, python=python, timeout_s=timeout_s, env=env, device=device,
+                   startup_timeout_s=startup_timeout_s, ask=ask, warm=warm, tmp=tmp)
+    end = time.time()
+    ordered = tuple(run.results[c.id] for c in cases if c.id in run.results)
+    kernel_run = KernelRun(
         results=ordered,
-        details=tuple(details[c.id] for c in cases if c.id in details),
-        phases=Phases(total_s=time.time() - t0, workers=workers, **ph),
-        environment=_environment(env_ev),
+        details=tuple(run.details[c.id] for c in cases if c.id in run.details),
+        phases=Phases(total_s=end - t0, workers=run.workers,
+                      cases_s=(end - run.first_env) if run.first_env is not None else 0.0, **run.ph),
+        environment=_environment(run.env_ev),
         cases=tuple(cases),
-        asked=tuple(asked),
+        asked=tuple(run.asked),
     )
-    timings, fastest = _timings(run)
-    run = replace(run, timings=timings, fastest=fastest)
-    watch.on_done(run)
-    return run
+    timings, fastest = _timings(kernel_run)
+    kernel_run = replace(kernel_run, timings=timings, fastest=fastest)
+    watch.on_done(kernel_run)
+    return kernel_run
 
 
 def _environment(ev: Mapping[str, Any]) -> Environment:

@@ -49,3 +49,4 @@ def test_cpu_sdpa_cases_pass_and_refusals_are_unsupported() -> None:
     details = {d.id: d for d in run.details}
     assert {t.name for t in details[cases[0].id].checks} == {"out", "dq", "dk", "dv"}
     assert run.phases.import_s > 0 and run.phases.workers == 1
+
