@@ -443,11 +443,12 @@ def lint_rules(paths: Sequence[Path]) -> Tuple[List["CaseOutcome"], int]:
     of the rules in `paths` (all rules when none), return (failures, cases run)."""
     from doctor.resources import rules_dir
     from doctor.rules.cases import run_rule_cases
-    from doctor.rules.loader import load_catalogue
+    from doctor.rules.loader import check_pins_exist, load_catalogue
 
     builtin = rules_dir().resolve()
     extra = [p for p in paths if builtin not in (Path(p).resolve(), *Path(p).resolve().parents)]
-    cat = load_catalogue(extra, builtin=True, use_cache=False)
+    cat = load_catalogue(extra, builtin=True, use_cache=False, shadow=True)
+    check_pins_exist(cat.rules)
     own = [Path(p).resolve() for p in paths]
 
     def mine(rule: Any) -> bool:

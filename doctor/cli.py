@@ -59,7 +59,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     try:
         rv = app(args=argv, standalone_mode=False)
     except DoctorError as exc:
-        sys.stderr.write(f"attn-doctor: error: {exc.one_line()}\n")
+        from doctor.report.safe_text import visible
+
+        sys.stderr.write(f"attn-doctor: error: {visible(exc.one_line())}\n")
         sys.exit(int(exc.exit_code))
     except KeyboardInterrupt:
         sys.stderr.write("attn-doctor: interrupted\n")

@@ -392,6 +392,7 @@ class BackendStatus:
     selected: bool = False  # the one this framework would pick for the workload
     rule_ids: Tuple[str, ...] = ()
     evidence: Tuple[str, ...] = ()  # what kernel cases saw for this backend
+    members: Tuple["BackendStatus", ...] = ()  # a family's sub-backends (te.flash: FA2, FA3, FA4)
 
 
 CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "needs_mask", "gqa_form")

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""transformers' attention-implementation facts per release, read from its PyPI wheels (a
-developer tool, not shipped). Writes rules/evidence/transformers_attention.json:
+"""transformers' attention facts per release, read from its PyPI wheels (a developer tool, not
+shipped). Writes rules/evidence/transformers_attention.json, which the product
+(doctor/rules/callpath.py, `path.model_supports_attention`) and the seeded tests
+(tests/rules/test_upstream_seeded.py) both read.
 
+`releases` (one line a release; `same_as: VERSION` where the facts equal an earlier release's):
 - `implementations`: the attn_implementation names modeling_utils.py accepts (eager, sdpa,
   flash_attention_2, flash_attention_3, flex_attention);
 - `flash_attn_min`: the flash-attn version is_flash_attn_2_available asks for on CUDA
@@ -11,29 +14,46 @@ developer tool, not shipped). Writes rules/evidence/transformers_attention.json:
   required"), or null before 4.52;
 - `sdpa_torch_min`: the torch version is_torch_sdpa_available asks for, or null.
 
+`models` (one line a model family): for each `transformers/models/<family>/` folder, the releases
+where the set of attention implementations its classes declare changed, and the new set (null
+where the family left the package). A family's set is read from the class flags
+`_supports_sdpa`, `_supports_flash_attn_2` / `_supports_flash_attn`, `_supports_flash_attn_3`
+and `_supports_flex_attn` set to True in its modeling_*.py; transformers checks these flags when
+a model is loaded with `attn_implementation=...` and raises when one is missing (GPT-2 has never
+set `_supports_flex_attn`). From 4.54 `_supports_flash_attn` covers FlashAttention 2 and 3;
+before it, `_supports_flash_attn_2` covered FlashAttention 2 only. The folder name is taken as
+the model_type (true for the families the catalogue names: llama, qwen2, gpt2, gemma2, ...).
+
     python tools/hf_attention_facts.py [--cache DIR] [--scan ">=4.34"] [--out FILE]
 
-Uses tools/evidence.py's download cache. A release whose facts equal the previous one's says
-`same_as: VERSION`.
+Downloads through tools/_artifacts.py (the cache tools/evidence.py fills).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import evidence as ev  # noqa: E402
+import _artifacts  # noqa: E402
 
 IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+FLAGS = {
+    "sdpa": re.compile(r"^\s+_supports_sdpa\s*=\s*True", re.M),
+    "flash_attention_2": re.compile(r"^\s+_supports_flash_attn(?:_2)?\s*=\s*True", re.M),
+    "flash_attention_3": re.compile(r"^\s+_supports_flash_attn(?:_3)?\s*=\s*True", re.M),
+    "flex_attention": re.compile(r"^\s+_supports_flex_attn\s*=\s*True", re.M),
+}
+FA3_ONLY = re.compile(r"^\s+_supports_flash_attn_3\s*=\s*True", re.M)
+MODELING = "transformers/models/*/modeling_*.py"
+FAMILY = re.compile(r"^transformers/models/([a-z0-9_]+)/modeling_[a-z0-9_]+\.py$")
 
 
 def facts(files: Any) -> Dict[str, Any]:
+    """The release-wide facts of one wheel (modeling_utils.py and utils/import_utils.py)."""
     mu = files.text("transformers/modeling_utils.py") if files.glob("transformers/modeling_utils.py") else ""
     iu = files.text("transformers/utils/import_utils.py") if files.glob("transformers/utils/import_utils.py") else ""
     impls = [name for name in IMPLEMENTATIONS if f'"{name}"' in mu or f"'{name}'" in mu]
@@ -60,39 +80,56 @@ def facts(files: Any) -> Dict[str, Any]:
     return out
 
 
+def model_support(files: Any, merged_flag: bool) -> Dict[str, List[str]]:
+    """{family: sorted implementations its classes declare} for one wheel."""
+    out: Dict[str, set] = {}
+    for name in files.glob(MODELING):
+        m = FAMILY.match(name)
+        if not m:
+            continue
+        text = files.text(name)
+        impls = out.setdefault(m.group(1), {"eager"})
+        for impl, pattern in FLAGS.items():
+            hit = (FA3_ONLY if impl == "flash_attention_3" and not merged_flag else pattern).search(text)
+            if hit:
+                impls.add(impl)
+    return {family: sorted(impls) for family, impls in sorted(out.items())}
+
+
+def change_points(per_release: Sequence[tuple]) -> Dict[str, Dict[str, Optional[List[str]]]]:
+    """[(version, {family: impls})] oldest first -> {family: {version: impls or None}}, one entry
+    where a family's set changed (None where it disappeared)."""
+    out: Dict[str, Dict[str, Optional[List[str]]]] = {}
+    last: Dict[str, Optional[List[str]]] = {}
+    for version, table in per_release:
+        for family in sorted(set(table) | {f for f, v in last.items() if v is not None}):
+            now = table.get(family)
+            if last.get(family) != now:
+                out.setdefault(family, {})[version] = now
+                last[family] = now
+    return dict(sorted(out.items()))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cache", type=Path, default=Path(os.environ.get("ATTN_DOCTOR_EVIDENCE_CACHE", Path.home() / ".cache" / "attn-doctor-evidence")))
-    ap.add_argument("--scan", default=">=4.34")
-    ap.add_argument("--out", type=Path, default=ev.ROOT / "rules" / "evidence" / "transformers_attention.json")
+    _artifacts.add_cache_option(ap)
+    ap.add_argument("--scan", default=">=4.34", help="releases to read (PEP 440 specifier)")
+    ap.add_argument("--out", type=Path, default=_artifacts.ev.ROOT / "rules" / "evidence" / "transformers_attention.json")
     args = ap.parse_args(argv)
-    run = ev.Run(args.cache)
-    arts = [a for a in run.artifacts("transformers") if ev.version_matches(a.version, args.scan)]
-    paths = run.fetch_all("transformers", arts)
-    releases: Dict[str, Any] = {}
-    prev: Optional[str] = None
-    for a in arts:
-        if a.version not in paths:
-            continue
-        f = facts(ev.Files(paths[a.version]))
-        if prev is not None and releases[prev].get("facts", releases.get(releases[prev].get("same_as", ""), {}).get("facts")) == f:
-            base = releases[prev].get("same_as", prev)
-            releases[a.version] = {"artifact": a.filename, "sha256": a.sha256, "same_as": base}
-        else:
-            releases[a.version] = {"artifact": a.filename, "sha256": a.sha256, "facts": f}
-        prev = a.version
-    about = "transformers' attention-implementation facts per release, read from its PyPI wheels by tools/hf_attention_facts.py. Do not edit."
-    lines = ["{", f" \"about\": {json.dumps(about)},", ' "releases": {']
-    items = list(releases.items())
-    for i, (v, info) in enumerate(items):
-        lines.append(f"  {json.dumps(v)}: {json.dumps(info, sort_keys=True)}" + ("," if i < len(items) - 1 else ""))
-    lines += [" }", "}"]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    for f in run.failures:
-        print(f"download: {f}", file=sys.stderr)
-    print(f"wrote {args.out} ({len(releases)} releases)", file=sys.stderr)
-    return 2 if run.failures else 0
+
+    def read(version: str, files: Any) -> Dict[str, Any]:
+        merged_flag = tuple(int(x) for x in version.split(".")[:2]) >= (4, 54)
+        return {"facts": facts(files), "models": model_support(files, merged_flag)}
+
+    rows, failures = _artifacts.scan("transformers", args.scan, args.cache, read)
+    releases = _artifacts.by_release([(a, r["facts"]) for a, r in rows], "facts")
+    models = change_points([(a.version, r["models"]) for a, r in rows])
+    about = (
+        "transformers' attention facts per release (releases) and the attention implementations each model family"
+        " declares, by the release where that changed (models); read from its PyPI wheels by tools/hf_attention_facts.py. Do not edit."
+    )
+    _artifacts.write_json(args.out, {"about": about}, {"releases": releases, "models": models})
+    return _artifacts.report(args.out, releases, failures)
 
 
 if __name__ == "__main__":

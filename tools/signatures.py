@@ -8,21 +8,20 @@ FlashAttention 3's) and writes rules/evidence/flash_attn_signatures.json.
 
 A release whose functions equal an earlier one's says `same_as: VERSION` instead of repeating
 them. Each function is a list of parameters as written: `name` (required), `name=default`, `*args`,
-`**kwargs`, and `*` before keyword-only ones. Uses tools/evidence.py's download cache.
+`**kwargs`, and `*` before keyword-only ones. Downloads through tools/_artifacts.py (the cache
+tools/evidence.py fills).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import evidence as ev  # noqa: E402
+import _artifacts  # noqa: E402
 
 DEFAULT_FILES = ("flash_attn/flash_attn_interface.py", "hopper/flash_attn_interface.py")
 
@@ -66,46 +65,22 @@ def signatures(text: str) -> Dict[str, List[str]]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cache", type=Path, default=Path(os.environ.get("ATTN_DOCTOR_EVIDENCE_CACHE", Path.home() / ".cache" / "attn-doctor-evidence")))
+    _artifacts.add_cache_option(ap)
     ap.add_argument("--package", default="flash-attn")
     ap.add_argument("--file", action="append", default=[], help="file inside the artifact (repeatable)")
     ap.add_argument("--scan", default=">=2.0", help="releases to read (PEP 440 specifier)")
-    ap.add_argument("--out", type=Path, default=ev.ROOT / "rules" / "evidence" / "flash_attn_signatures.json")
+    ap.add_argument("--out", type=Path, default=_artifacts.ev.ROOT / "rules" / "evidence" / "flash_attn_signatures.json")
     args = ap.parse_args(argv)
-    files = tuple(args.file) or DEFAULT_FILES
-    run = ev.Run(args.cache)
-    arts = [a for a in run.artifacts(args.package) if ev.version_matches(a.version, args.scan)]
-    paths = run.fetch_all(args.package, arts)
-    releases: Dict[str, Any] = {}
-    for a in arts:
-        if a.version not in paths:
-            continue
-        content = ev.Files(paths[a.version])
-        per_file = {}
-        for name in files:
-            if content.glob(name):
-                per_file[name] = signatures(content.text(name))
-        same = [v for v, info in releases.items() if info.get("files") == per_file]
-        if same:  # unchanged since an earlier release: point at it instead of repeating it
-            releases[a.version] = {"artifact": a.filename, "sha256": a.sha256, "same_as": same[0]}
-        else:
-            releases[a.version] = {"artifact": a.filename, "sha256": a.sha256, "files": per_file}
-    doc = {
-        "about": f"Function signatures of {args.package}'s interface per release, read from its PyPI artifacts by tools/signatures.py. Do not edit.",
-        "package": args.package,
-        "releases": releases,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    lines = ["{", f' "about": {json.dumps(doc["about"])},', f' "package": {json.dumps(args.package)},', ' "releases": {']
-    items = list(releases.items())
-    for i, (v, info) in enumerate(items):
-        lines.append(f"  {json.dumps(v)}: {json.dumps(info, sort_keys=True)}" + ("," if i < len(items) - 1 else ""))
-    lines += [" }", "}"]
-    args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    for f in run.failures:
-        print(f"download: {f}", file=sys.stderr)
-    print(f"wrote {args.out} ({len(releases)} releases)", file=sys.stderr)
-    return 2 if run.failures else 0
+    names = tuple(args.file) or DEFAULT_FILES
+
+    def read(version: str, content: Any) -> Dict[str, Any]:
+        return {name: signatures(content.text(name)) for name in names if content.glob(name)}
+
+    rows, failures = _artifacts.scan(args.package, args.scan, args.cache, read)
+    releases = _artifacts.by_release(rows, "files")
+    about = f"Function signatures of {args.package}'s interface per release, read from its PyPI artifacts by tools/signatures.py. Do not edit."
+    _artifacts.write_json(args.out, {"about": about, "package": args.package}, {"releases": releases})
+    return _artifacts.report(args.out, releases, failures)
 
 
 if __name__ == "__main__":

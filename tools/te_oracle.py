@@ -67,9 +67,11 @@ CPP_RULES = frozenset(
         "TE-FUSED-THD-LAYOUT",
         "TE-FUSED-CUDNN-9-10-EXCLUDED",
         "TE-FUSED-CUDNN-9-14-0-SWA",
+        "TE-FUSED-CUDNN-9-2-TO-9-5-MASKS",
         "TE-FUSED-HEADDIM-GT128-PRE-HOPPER",
-        # C++ conditions (cuDNN version, arch, head dims, masks); the Python filters on the same
-        # features are separate rules (TE-FUSED-*-FILTERS)
+        # C++ conditions only (cuDNN version, arch, head dims, masks, bias); TE's Python filters
+        # on the same features are separate rules (TE-FUSED-*-FILTERS, TE-FUSED-SM120-*), which
+        # the oracle checks. docs/audit/te-fused-audit.md audits these against the tags.
         "TE-FUSED-ALIBI",
         "TE-FUSED-SLIDING-WINDOW",
         "TE-FUSED-FP8",
@@ -137,7 +139,14 @@ FLASH_SETS: Tuple[Dict[str, str], ...] = (
     {"flash-attn-4": "4.0.0b11"},
     {"flash-attn": "2.8.3", "flash-attn-4": "4.0.0b11"},
     {"flash-attn": "2.6.3", "flash-attn-4": "4.0.0b11"},
+    # FA3 and FA4 together, and all three: where TE's per-member filters and its FA3-over-FA4
+    # preference on sm90 decide (te.flash is a family of te.fa2/te.fa3/te.fa4 in the doctor)
+    {"flash-attn-3": "3.0.0b1", "flash-attn-4": "4.0.0b11"},
+    {"flash-attn": "2.8.3", "flash-attn-3": "3.0.0b1", "flash-attn-4": "4.0.0b11"},
+    {"flash-attn": "2.7.4.post1", "flashattn-hopper": "3.0.0b1"},
 )
+# FA3 runs only on Hopper (sm90+ before TE 2.2): draws with FA3 installed mostly take sm90
+SMS_WITH_FA3 = (90, 90, 90, 80, 100)
 ENVS: Tuple[Dict[str, str], ...] = (
     {},
     {},
@@ -171,7 +180,7 @@ def generate(version: str, n: int, seed: int) -> List[Dict[str, Any]]:
     minor = int(version.split(".")[1])
     while len(out) < 2 * n:
         flash = dict(_pick(rng, FLASH_SETS))
-        if "flash-attn-4" in flash:
+        if "flash-attn-4" in flash and rng.random() < 0.85:
             flash["nvidia-cutlass-dsl"] = "4.6.2"  # FA4's own dependency; TE >= 2.19 checks it
         if (major, minor) <= (1, 11) and "flash-attn" not in flash:
             continue  # TE <= 1.11 does not import without flash-attn: nothing to compare
@@ -186,7 +195,7 @@ def generate(version: str, n: int, seed: int) -> List[Dict[str, Any]]:
         dtype = _pick(rng, ("bf16", "bf16", "fp16", "fp32", "fp8"))
         base = {
             "te_version": version,
-            "sm": _pick(rng, SMS),
+            "sm": _pick(rng, SMS_WITH_FA3 if {"flash-attn-3", "flashattn-hopper"} & set(flash) else SMS),
             "cudnn": _pick(rng, CUDNN),
             "packages": flash,
             "env": dict(_pick(rng, ENVS)),

@@ -54,9 +54,11 @@ def check(
             workload_file=workload, model=model, flags=flags, format=format, style=style,
             kernels=not no_kernels, timeout_s=timeout,
         )
+    from doctor.report.safe_text import visible
+
     env_files, skipped = core.expand_env_files(env or [])
     for path, why in skipped:
-        sys.stderr.write(f"attn-doctor: skipped {path}: {why}\n")
+        sys.stderr.write(f"attn-doctor: skipped {visible(str(path))}: {visible(why)}\n")
     opts = check_options(
         env=env_files, workload=workload, model=model, extra_args=ctx.args, assume=assume, command="check",
         assume_env=assume_env, rules_dir=rules_dir, static=static, configs=tuple(config or ()), kernels=not no_kernels, kernels_only=kernels_only,

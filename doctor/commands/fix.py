@@ -93,12 +93,14 @@ def _write_pins(plan: "FixPlan", path: Path, constraints: bool, dry_run: bool, f
         return
     pins = pins_from_plan(plan)
     result = write_pinfile(path, pins, constraints=constraints, dry_run=dry_run)
+    from doctor.report.safe_text import visible
+
     for w in result.warnings:
-        sys.stderr.write(f"attn-doctor: warning: {w}\n")
+        sys.stderr.write(f"attn-doctor: warning: {visible(w)}\n")
     if dry_run:
         from doctor.probe.envvars import scrub
 
-        diff = "".join(scrub(line) for line in (result.diff or "").splitlines(keepends=True))
+        diff = "".join(visible(scrub(line)) for line in (result.diff or "").splitlines(keepends=True))
         (sys.stderr if format == "json" else sys.stdout).write(diff or f"{path}: no change\n")
     elif not result.changed:
         sys.stderr.write(f"attn-doctor: {path} already has these pins\n")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -55,9 +57,25 @@ def show_rule(
     except KeyError:
         close = [x.id for x in cat.rules if rule_id.upper().split("-")[0] in x.id][:5]
         raise InputError(f"no rule {rule_id!r}", hint=("similar: " + ", ".join(close)) if close else "see `attn-doctor rules list`") from None
+    family = next(
+        ((b, m) for fw in cat.frameworks for b in fw.backends for m in b.members if m.id == r.disables), None
+    )
     out = [
         f"{r.id}  ({r.severity or 'backend rule: disables ' + str(r.disables)}, area {r.area})",
         f"defined at {r.path}:{r.line}",
+        *(
+            [
+                f"{family[1].name} is a member of {family[0].id} ({family[0].name}): the family stays available while"
+                " another member is, as composed per release:",
+                *(
+                    f"  {'when ' + json.dumps(c.when) if c.when else 'otherwise'}: any of {', '.join(c.any_of)}"
+                    + (f", and {', '.join(c.requires)} installed" if c.requires else "")
+                    for c in family[0].compose
+                ),
+            ]
+            if family
+            else []
+        ),
         "",
         r.title,
         "",
@@ -113,7 +131,7 @@ def _evidence_levels(paths: List[Path]) -> Dict[str, List[str]]:
     own = [Path(p).resolve() for p in paths]
     lock = load_lock()
     levels: Dict[str, List[str]] = {}
-    for r in load_catalogue(extra, builtin=True).rules:
+    for r in load_catalogue(extra, builtin=True, shadow=True).rules:
         where = Path(r.path).resolve()
         if own and not any(where == p or p in where.parents for p in own):
             continue

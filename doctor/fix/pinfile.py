@@ -2,8 +2,11 @@
 the user's files.
 
     render_pinfile()   pure: old text + pins -> new text and warnings
-    write_pinfile()    reads, renders, writes atomically (temp file + rename) with a .bak
-                       backup of the old file; --dry-run returns the diff instead
+    write_pinfile()    reads, renders, writes atomically (temp file + rename) with a backup of
+                       the old file (FILE.bak, or FILE.bak.N: an older backup is never
+                       overwritten); a read-only file is refused; a file with hard links is
+                       rewritten in place (after the backup) so every name sees the pins;
+                       --dry-run returns the diff instead
 
 What an update keeps and changes:
 
@@ -25,6 +28,7 @@ import glob
 import os
 import re
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +47,8 @@ MARK = "attn-doctor:"
 HEADER = "# attn-doctor fix: pins for the attention stack (each line names the findings it fixes)"
 _INCLUDE = re.compile(r"^\s*(-r|-c|--requirement|--constraint)(?:\s+|=)(\S+)")
 _COMMENT = re.compile(r"(^|\s)#")
+_EDITABLE = re.compile(r"^\s*(?:-e|--editable)(?:\s+|=)(\S+)")
+_EGG = re.compile(r"[#&]egg=([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[([^\]]*)\])?")
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,17 @@ def _logical_lines(text: str) -> List[List[str]]:
     if current:
         groups.append(current)
     return groups
+
+
+def _editable(group: Sequence[str]) -> Optional[Tuple[str, Set[str], str]]:
+    """(package name, extras, target) of an `-e VCS-URL#egg=NAME` line; None for anything else
+    (a local `-e ./path` names no package in the line itself)."""
+    m = _EDITABLE.match(group[0])
+    egg = _EGG.search(m.group(1)) if m else None
+    if m is None or egg is None:
+        return None
+    extras = {e.strip() for e in (egg.group(2) or "").split(",") if e.strip()}
+    return egg.group(1), extras, m.group(1)
 
 
 def _split_comment(body: str) -> Tuple[str, str]:
@@ -174,6 +191,18 @@ def render_pinfile(
         m = _INCLUDE.match(first)
         if m:
             includes.append(m.group(2))
+        editable = _editable(group)
+        if editable is not None and canonical_name(editable[0]) in wanted:
+            name, extras, target = editable
+            replaced = wanted[canonical_name(name)]
+            seen.add(replaced.name)
+            warnings.append(
+                f"{name} was an editable install (-e {target}): replaced by a pin to {replaced.version}; "
+                "the old line is in the backup"
+            )
+            ending = group[-1][len(group[-1].rstrip("\r\n")) :] or nl
+            out.append(_line(name, extras | set(replaced.pin.extras), replaced, None, "", constraints) + ending)
+            continue
         parsed = _parse(group)
         if parsed is None:
             out.extend(group)
@@ -292,6 +321,24 @@ def _remove_stale_tmp(parent: Path, name: str) -> None:
             pass
 
 
+def _backup(path: Path) -> Path:
+    """Copy `path` to FILE.bak, or FILE.bak.1, .2, ... when that exists: an older backup is
+    never overwritten."""
+    for n in range(0, 1000):
+        candidate = path.with_name(path.name + ".bak" + (f".{n}" if n else ""))
+        try:
+            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            continue
+        except IsADirectoryError:
+            continue
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(path.read_bytes())
+        shutil.copystat(path, candidate)
+        return candidate
+    raise OSError(f"no free backup name next to {path} (FILE.bak to FILE.bak.999 exist)")
+
+
 def write_pinfile(path: Path, pins: Sequence[Pinned], *, constraints: bool = False, dry_run: bool = False) -> PinResult:
     """Update (or create) `path` with `pins`. The old file is intact whenever this raises.
 
@@ -329,7 +376,28 @@ def write_pinfile(path: Path, pins: Sequence[Pinned], *, constraints: bool = Fal
     if not parent.is_dir():
         raise WriteError(f"cannot write {path}: {parent} is not a directory", hint="the old file, if any, is unchanged")
     _remove_stale_tmp(parent, path.name)
+    links = 1
+    if old is not None:
+        st = path.stat()
+        if not st.st_mode & 0o222 or not os.access(path, os.W_OK):
+            raise WriteError(
+                f"{path} is read-only (mode {stat.filemode(st.st_mode)}); not touched",
+                hint=f"make it writable (chmod u+w {path}) or write the pins elsewhere with -o",
+            )
+        links = st.st_nlink
     backup: Optional[Path] = None
+    if links > 1:  # a hard link: rewrite the one file all its names share, after a backup
+        try:
+            backup = _backup(path)
+            with open(path, "r+b") as fh:
+                fh.write(new.encode("utf-8"))
+                fh.truncate()
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise WriteError(f"cannot write {path}: {exc.strerror or exc}", hint=f"the old contents are in {backup}" if backup else "the old file is unchanged") from None
+        warnings.append(f"{path} has {links} hard links: written in place so every name sees the pins")
+        return PinResult(path, new, diff, changed, written=True, backup=backup, warnings=tuple(warnings))
     tmp_name: Optional[str] = None
     try:
         fd, tmp_name = tempfile.mkstemp(dir=str(parent), prefix=f".{path.name}.", suffix=".tmp")
@@ -339,8 +407,7 @@ def write_pinfile(path: Path, pins: Sequence[Pinned], *, constraints: bool = Fal
             os.fsync(fh.fileno())
         if old is not None:
             shutil.copymode(path, tmp_name)
-            backup = path.with_name(path.name + ".bak")
-            shutil.copy2(path, backup)
+            backup = _backup(path)
         os.replace(tmp_name, path)
         tmp_name = None
     except OSError as exc:

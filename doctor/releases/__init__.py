@@ -4,5 +4,6 @@
     refresh.py     `attn-doctor releases refresh`: asking the package index for new releases
     wheels.py      which prebuilt flash-attn wheel fits a torch build, or why none does (fix and
                    the rules' wheels.* facts both ask it)
+    model_support.py which attention implementations a transformers model family declares, by release
     wheel_assets.py `attn-doctor releases wheels`: flash-attn wheel rows from a release's real assets
 """

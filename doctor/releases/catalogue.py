@@ -36,6 +36,15 @@ CATALOGUE_PACKAGES = (
     "nvidia-cudnn-cu11",
     "nvidia-cudnn-cu12",
     "nvidia-cudnn-cu13",
+    # training frameworks whose fixes pin them (the field corpus, tests/field/)
+    "peft",
+    "trl",
+    "deepspeed",
+    "ms-swift",
+    "llamafactory",
+    "unsloth",
+    "ring-flash-attn",
+    "verl",
 )
 
 

@@ -69,6 +69,10 @@ def report_dict(report: Report) -> Dict[str, Any]:
                 "reasons": list(b.reasons),
                 "rule_ids": list(b.rule_ids),
                 "evidence": list(b.evidence),
+                "members": [
+                    {"id": m.id, "name": m.name, "available": m.available, "reasons": list(m.reasons), "rule_ids": list(m.rule_ids)}
+                    for m in b.members
+                ],
             }
             for b in report.backends
         ],

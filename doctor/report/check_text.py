@@ -127,6 +127,10 @@ def render_check(
                 mark = {"selected": "✓", "available": "·", "unknown": "?", "out": "✗"}[state]
                 why = "; ".join(b.reasons)
                 pr(Padding(Text(f"{mark} {b.name} [{state}]" + (f": {why}" if why else "")), (0, 0, 0, 4)))
+                for m in b.members:  # a family (TE's FlashAttention): each member's own verdict
+                    m_state = "not installed" if m.reasons == ("not installed",) else "usable" if m.available else "unknown" if m.available is None else "out"
+                    m_why = "" if m_state in ("usable", "not installed") else "; ".join(m.reasons)
+                    pr(Padding(Text(f"{m.name}: {m_state}" + (f" ({m_why})" if m_why else "")), (0, 0, 0, 8)))
                 for e in b.evidence:
                     pr(f"        [dim]kernel: {escape(e)}[/]")
         if pending or any(b.available is None for b in report.backends):

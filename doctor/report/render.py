@@ -10,6 +10,7 @@ once, in `Style.for_terminal`. Formatter modules are imported only when used.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from dataclasses import dataclass
@@ -40,67 +41,42 @@ class Style:
         return cls(color=color, width=width, verbose=verbose, fail_on=fail_on, strict=strict)
 
 
-Formatter = Callable[[Any, Style], str]
+@dataclass(frozen=True)
+class Formatter:
+    """Where one format's function lives and which Style fields it takes as keywords; the module
+    is imported on the first call."""
+
+    module: str
+    function: str
+    options: Tuple[str, ...] = ()
+    data: bool = False  # JSON: the value as it is; any other format sees control characters made visible
+
+    def __call__(self, value: Any, style: Style) -> str:
+        fn: Callable[..., str] = getattr(importlib.import_module(self.module), self.function)
+        if not self.data:
+            from doctor.report.safe_text import neutralise
+
+            value = neutralise(value)
+        return fn(value, **{name: getattr(style, name) for name in self.options})
 
 
-def _check_text(report: Any, style: Style) -> str:
-    from doctor.report.check_text import render_check
-
-    return render_check(report, verbose=style.verbose, color=style.color, width=style.width, fail_on=style.fail_on, strict=style.strict)
-
-
-def _check_json(report: Any, style: Style) -> str:
-    from doctor.report.check_json import render_check_json
-
-    return render_check_json(report)
-
-
-def _check_markdown(report: Any, style: Style) -> str:
-    from doctor.report.check_markdown import render_check_markdown
-
-    return render_check_markdown(report)
-
-
-def _check_junit(report: Any, style: Style) -> str:
-    from doctor.report.check_junit import render_check_junit
-
-    return render_check_junit(report, fail_on=style.fail_on, strict=style.strict)
-
-
-def _fix_text(plan: Any, style: Style) -> str:
-    from doctor.report.fix_text import render_fix
-
-    return render_fix(plan, color=style.color, width=style.width)
-
-
-def _fix_json(plan: Any, style: Style) -> str:
-    from doctor.report.fix_json import render_fix_json
-
-    return render_fix_json(plan)
-
-
-def _fix_markdown(plan: Any, style: Style) -> str:
-    from doctor.report.fix_markdown import render_fix_markdown
-
-    return render_fix_markdown(plan)
-
-
-def _probe_text(doc: Any, style: Style) -> str:
-    from doctor.report.probe_text import render_probe
-
-    return render_probe(doc, color=style.color, width=style.width)
-
-
-def _json(doc: Any, style: Style) -> str:
-    from doctor.report.json_report import dumps
-
-    return dumps(doc)
-
-
+_TERMINAL = ("color", "width")
 FORMATTERS: Dict[str, Dict[str, Formatter]] = {
-    "check": {"text": _check_text, "json": _check_json, "markdown": _check_markdown, "junit": _check_junit},
-    "fix": {"text": _fix_text, "json": _fix_json, "markdown": _fix_markdown},
-    "probe": {"text": _probe_text, "json": _json},
+    "check": {
+        "text": Formatter("doctor.report.check_text", "render_check", ("verbose", *_TERMINAL, "fail_on", "strict")),
+        "json": Formatter("doctor.report.check_json", "render_check_json", data=True),
+        "markdown": Formatter("doctor.report.check_markdown", "render_check_markdown"),
+        "junit": Formatter("doctor.report.check_junit", "render_check_junit", ("fail_on", "strict")),
+    },
+    "fix": {
+        "text": Formatter("doctor.report.fix_text", "render_fix", _TERMINAL),
+        "json": Formatter("doctor.report.fix_json", "render_fix_json", data=True),
+        "markdown": Formatter("doctor.report.fix_markdown", "render_fix_markdown"),
+    },
+    "probe": {
+        "text": Formatter("doctor.report.probe_text", "render_probe", _TERMINAL),
+        "json": Formatter("doctor.report.json_report", "dumps", data=True),
+    },
 }
 
 

@@ -17,10 +17,11 @@ them as `path.<field>` (e.g. a TransformerEngine context-parallel rule needs `pa
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Mapping, Optional, Tuple
 
 from doctor.model import CALL_PATH_FIELDS as FIELDS
 from doctor.model import CallPath, Facts, Workload
+from doctor.releases.model_support import model_supports
 
 # Installed distributions that dispatch attention themselves, most specific first: when
 # LLaMA-Factory is installed, its trainer (on top of transformers) is what runs.
@@ -106,7 +107,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
     return CallPath(
         needs_mask=needs_mask,
         gqa_form=_gqa_form(workload, framework, library, needs_mask, packages),
-        model_supports=_model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None,
+        model_supports=model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None,
         framework=framework,
         attention=attention,
         library=library,
@@ -115,41 +116,6 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         model_type=workload.model_type,
         inferred=tuple(inferred),
     )
-
-
-def _model_supports(transformers: Optional[str], model_type: Optional[str], attention: Optional[str]) -> Optional[bool]:
-    """From rules/releases/transformers-attn-support.json (tools/hf_attn_support.py): the
-    newest release there at or below the installed one. None when any of it is unknown."""
-    if not transformers or not model_type or not attention:
-        return None
-    table = _support_table()
-    from doctor.versions import release
-
-    have = release(transformers)
-    if have is None:
-        return None
-    known = sorted((v for v in table if (release(v) or have) <= have), key=lambda v: release(v) or have)
-    if not known:
-        return None
-    impls = table[known[-1]].get(model_type)
-    return None if impls is None else attention in impls
-
-
-_TABLE: Dict[str, Dict[str, List[str]]] = {}
-
-
-def _support_table() -> Dict[str, Dict[str, List[str]]]:
-    if not _TABLE:
-        import json
-
-        from doctor.resources import rules_dir
-
-        try:
-            doc = json.loads((rules_dir() / "releases" / "transformers-attn-support.json").read_text(encoding="utf-8"))
-            _TABLE.update(doc.get("releases") or {})
-        except (OSError, ValueError):
-            pass
-    return _TABLE
 
 
 def _gqa_form(workload: Workload, framework: Optional[str], library: Optional[str], needs_mask: bool, packages: Mapping[str, str]) -> Optional[str]:

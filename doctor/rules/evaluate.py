@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from doctor.model import BackendStatus, Facts, Finding, FindingStatus, Severity, Workload
 from doctor.rules.callpath import CallPath, infer
 from doctor.rules.conditions import Context, Outcome, evaluate
-from doctor.rules.loader import Catalogue, Rule
+from doctor.rules.loader import Backend, Catalogue, Rule
 
 
 @dataclass(frozen=True)
@@ -94,38 +94,7 @@ def _backends(
         if fw_in.value is False:
             continue
         for b in fw.backends:
-            reasons: List[str] = []
-            unknown: List[str] = []
-            fired: List[str] = []
-            if fw_in.value is None:
-                unknown.extend(fw_in.missing)
-            inst = evaluate(b.installed, ctx) if b.installed else Outcome(True)
-            if inst.value is False:
-                reasons.append("library not installed")
-            elif inst.value is None:
-                unknown.extend(inst.missing)
-            for rule in by_backend.get(b.id, ()):
-                out = evaluate(rule.when, ctx)
-                outcomes[rule.id] = out
-                if out.value is True:
-                    reasons.append(render(rule.message, ctx))
-                    fired.append(rule.id)
-                elif out.value is None:
-                    unknown.append(f"{rule.id} not evaluated ({'; '.join(out.missing)})")
-            if reasons:
-                available: Optional[bool] = False
-            elif unknown:
-                available, reasons = None, unknown
-            else:
-                available = True
-            statuses[b.id] = BackendStatus(
-                id=b.id,
-                framework=fw.id,
-                name=b.name,
-                available=available,
-                reasons=tuple(dict.fromkeys(reasons)),
-                rule_ids=tuple(fired),
-            )
+            statuses[b.id] = _status(b, fw.id, fw_in, by_backend, ctx, outcomes)
         order: Sequence[str] = ()
         for sel in fw.selection:
             if sel.when is None or evaluate(sel.when, ctx).value is True:
@@ -144,6 +113,95 @@ def _backends(
         if chosen:
             statuses[chosen] = replace(statuses[chosen], selected=True)
     return statuses, selections, has_backend, outcomes
+
+
+def _own(
+    b: Backend, fw_in: Outcome, by_backend: Dict[str, List[Rule]], ctx: Context, outcomes: Dict[str, Outcome], skip_uninstalled: bool = False
+) -> Tuple[Optional[bool], List[str], List[str], List[str]]:
+    """A backend's own verdict: installed and no `disables` rule fired. Returns (installed,
+    reasons it is out, why it is undecided, ids of the rules that fired)."""
+    reasons: List[str] = []
+    unknown: List[str] = []
+    fired: List[str] = []
+    if fw_in.value is None:
+        unknown.extend(fw_in.missing)
+    inst = evaluate(b.installed, ctx) if b.installed else Outcome(True)
+    if inst.value is False:
+        reasons.append("library not installed")
+    elif inst.value is None:
+        unknown.extend(inst.missing)
+    for rule in by_backend.get(b.id, ()):
+        if skip_uninstalled and inst.value is False:  # a member's rules are moot without it
+            outcomes[rule.id] = Outcome(False)
+            continue
+        out = evaluate(rule.when, ctx)
+        outcomes[rule.id] = out
+        if out.value is True:
+            reasons.append(render(rule.message, ctx))
+            fired.append(rule.id)
+        elif out.value is None:
+            unknown.append(f"{rule.id} not evaluated ({'; '.join(out.missing)})")
+    return inst.value, reasons, unknown, fired
+
+
+def _verdict(reasons: List[str], unknown: List[str]) -> Tuple[Optional[bool], List[str]]:
+    if reasons:
+        return False, reasons
+    if unknown:
+        return None, unknown
+    return True, []
+
+
+def _status(b: Backend, fw_id: str, fw_in: Outcome, by_backend: Dict[str, List[Rule]], ctx: Context, outcomes: Dict[str, Outcome]) -> BackendStatus:
+    """One backend's availability. A family (a backend with `members`) is available when no
+    rule disables the family itself and its members, joined as the first `compose` entry
+    whose `when` holds says, leave one usable: every `requires` member installed and at
+    least one `any_of` member available. Its reasons then name each member's state."""
+    if not b.members:
+        _, reasons, unknown, fired = _own(b, fw_in, by_backend, ctx, outcomes)
+        available, why = _verdict(reasons, unknown)
+        return BackendStatus(id=b.id, framework=fw_id, name=b.name, available=available, reasons=tuple(dict.fromkeys(why)), rule_ids=tuple(fired))
+    members: Dict[str, BackendStatus] = {}
+    installed: Dict[str, Optional[bool]] = {}
+    for m in b.members:
+        inst, reasons, unknown, fired = _own(m, Outcome(True), by_backend, ctx, outcomes, skip_uninstalled=True)
+        installed[m.id] = inst
+        available, why = _verdict(reasons, unknown)
+        if inst is False:
+            why = ["not installed"]
+        members[m.id] = BackendStatus(id=m.id, framework=fw_id, name=m.name, available=available, reasons=tuple(dict.fromkeys(why)), rule_ids=tuple(fired))
+    _, reasons, unknown, fired = _own(b, fw_in, by_backend, ctx, outcomes)
+    rule = next((c for c in b.compose if c.when is None or evaluate(c.when, ctx).value is True), b.compose[-1])
+    used = [members[mid] for mid in rule.any_of]
+    if all(installed[m.id] is False for m in members.values()):
+        reasons.append("library not installed")
+    else:
+        for mid in rule.requires:
+            if installed[mid] is False:
+                reasons.append(f"{members[mid].name} not installed" + (f": {rule.note}" if rule.note else ""))
+            elif installed[mid] is None:
+                unknown.append(f"{members[mid].name}: " + "; ".join(members[mid].reasons))
+        if not any(m.available for m in used):
+            if any(m.available is None for m in used):
+                unknown.extend(f"{m.name}: {'; '.join(m.reasons)}" for m in used if m.available is None)
+            # every member is out too: say why for each installed one, so that fixing a
+            # family-wide reason does not hide the next blocker
+            for m in members.values():
+                if installed[m.id] is False or m.available is None:
+                    continue
+                why = "; ".join(m.reasons) if m.available is False else f"not used by {b.name} here ({rule.note or 'this release does not use it'})"
+                reasons.append(f"{m.name} out: {why}")
+                fired.extend(m.rule_ids)
+    available, why = _verdict(reasons, unknown)
+    return BackendStatus(
+        id=b.id,
+        framework=fw_id,
+        name=b.name,
+        available=available,
+        reasons=tuple(dict.fromkeys(why)),
+        rule_ids=tuple(dict.fromkeys(fired)),
+        members=tuple(members.values()),
+    )
 
 
 def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:

@@ -17,13 +17,23 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from doctor.errors import InputError, RuleError
 from doctor.model import Fix, Pin, Severity
-from doctor.versions import parse_pin
+from doctor.versions import canonical_name, parse_pin
 from doctor.yamlio import read_yaml
 
-CACHE_FORMAT = 4
+CACHE_FORMAT = 5
 
 
 # --------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class Compose:
+    """One release range's way of joining a family's members (rules/schema.py COMPOSE)."""
+
+    any_of: Tuple[str, ...]
+    requires: Tuple[str, ...] = ()
+    when: Optional[Mapping[str, Any]] = None
+    note: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,8 @@ class Backend:
     framework: str
     installed: Optional[Mapping[str, Any]] = None
     cost: Optional[str] = None
+    members: Tuple["Backend", ...] = ()  # a family's sub-backends (TE: FA2, FA3, FA4 in te.flash)
+    compose: Tuple[Compose, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -208,6 +220,7 @@ def _check_semantics(path: Path, doc: Mapping[str, Any]) -> None:
                     raise _fail(path, doc, where, "evidence `method` needs `class`")
 
     placeholder = re.compile(r"\{([a-z_]+):([^{}]+)\}|\{([A-Za-z0-9_.\-]+)\}")
+    unclosed = re.compile(r"\{[A-Za-z_][A-Za-z0-9_.\-]*(?::[^{}\s]*)?(?=[^A-Za-z0-9_.\-:}]|$)")
     for i, rule in enumerate(doc.get("rules", ()) or ()):
         walk(rule.get("when"), ["rules", i, "when"], finding=not rule.get("disables"))
         check_evidence(rule, i)
@@ -217,6 +230,9 @@ def _check_semantics(path: Path, doc: Mapping[str, Any]) -> None:
         texts += [str(f.get(k, "")) for f in rule.get("fixes", ()) or () for k in ("description", "cost")]
         texts += [str(c) for f in rule.get("fixes", ()) or () for c in f.get("config", ()) or ()]
         for text in texts:
+            broken = unclosed.search(str(text))
+            if broken:
+                raise _fail(path, doc, ["rules", i], f"unclosed placeholder {broken.group(0)!r}", hint="close it with `}`, e.g. {package.torch}")
             for m in placeholder.finditer(str(text)):
                 func, path_ = m.group(1), m.group(3)
                 if func is not None and func not in ("reasons", "selected"):
@@ -243,6 +259,11 @@ def _check_semantics(path: Path, doc: Mapping[str, Any]) -> None:
         for j, b in enumerate(fw.get("backends", ())):
             if b.get("installed"):
                 walk(b["installed"], ["frameworks", i, "backends", j, "installed"])
+            for k, m in enumerate(b.get("members", ()) or ()):
+                walk(m.get("installed"), ["frameworks", i, "backends", j, "members", k, "installed"])
+            for k, c in enumerate(b.get("compose", ()) or ()):
+                if c.get("when"):
+                    walk(c["when"], ["frameworks", i, "backends", j, "compose", k, "when"])
 
 
 def _build(path: Path, doc: Mapping[str, Any]) -> Tuple[List[Framework], List[Rule]]:
@@ -260,6 +281,19 @@ def _build(path: Path, doc: Mapping[str, Any]) -> Tuple[List[Framework], List[Ru
                         framework=fw["id"],
                         installed=_plain(b.get("installed")),
                         cost=b.get("cost"),
+                        members=tuple(
+                            Backend(id=m["id"], name=m["name"], framework=fw["id"], installed=_plain(m["installed"]))
+                            for m in b.get("members", ()) or ()
+                        ),
+                        compose=tuple(
+                            Compose(
+                                any_of=tuple(c["any_of"]),
+                                requires=tuple(c.get("requires", ())),
+                                when=_plain(c.get("when")),
+                                note=c.get("note"),
+                            )
+                            for c in b.get("compose", ()) or ()
+                        ),
                     )
                     for b in fw["backends"]
                 ),
@@ -339,13 +373,34 @@ def _files(dirs: Iterable[Path]) -> List[Path]:
             continue
         if not d.is_dir():
             raise RuleError("no such rule file or folder", path=str(d), hint="pass a .yaml file or a folder of them")
-        # rules/contracts/ holds caller/callee pairs (doctor.probe.contract_specs) and rules/releases/
+        # rules/contracts/ holds caller/callee pairs (doctor.probe.contract_specs), rules/cluster/ the
+        # cross-rank comparison table (doctor.cluster.facts) and rules/releases/
         # the release catalogue and install recipes (doctor.releases, doctor.fix.install): not rules
         out.extend(sorted(
             p for p in d.rglob("*.y*ml")
-            if p.suffix in (".yaml", ".yml") and not {"contracts", "releases"} & set(p.relative_to(d).parts[:-1])
+            if p.suffix in (".yaml", ".yml") and not {"cluster", "contracts", "releases"} & set(p.relative_to(d).parts[:-1])
         ))
     return out
+
+
+def check_pins_exist(rules: Sequence[Rule], directory: Optional[Path] = None) -> None:
+    """`rules lint`: every fix pin of a package the release catalogue knows names one of its
+    releases (a pin to a version that was never published would fail at `pip install`)."""
+    from doctor.releases.catalogue import load_release_catalogue
+
+    releases = load_release_catalogue(directory)
+    for r in rules:
+        for fix in r.fixes:
+            for pin in fix.pins:
+                name = canonical_name(pin.name)
+                if releases.knows(name) and not releases.exists(name, pin.version):
+                    newest = releases.versions(name)[-3:]
+                    raise RuleError(
+                        f"rule {r.id}: pin {pin.name}=={pin.version} is not a release of {pin.name} in the release catalogue",
+                        path=r.path,
+                        line=r.line,
+                        hint=f"pin a published release (newest known: {', '.join(newest)}), or refresh the catalogue (attn-doctor releases refresh)",
+                    )
 
 
 def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> None:
@@ -363,9 +418,20 @@ def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> 
     backend_ids: Dict[str, Framework] = {}
     for fw in frameworks:
         for b in fw.backends:
-            if b.id in backend_ids:
-                raise RuleError(f"backend {b.id}: defined twice", path=fw.path, line=fw.line)
-            backend_ids[b.id] = fw
+            for x in (b, *b.members):
+                if x.id in backend_ids:
+                    raise RuleError(f"backend {x.id}: defined twice", path=fw.path, line=fw.line)
+                backend_ids[x.id] = fw
+            member_ids = {m.id for m in b.members}
+            for c in b.compose:
+                for mid in (*c.any_of, *c.requires):
+                    if mid not in member_ids:
+                        raise RuleError(
+                            f"backend {b.id}: compose names {mid!r}, which is not one of its members",
+                            path=fw.path,
+                            line=fw.line,
+                            hint="members: " + ", ".join(sorted(member_ids)),
+                        )
         for sel in fw.selection:
             for bid in sel.order:
                 if bid not in {b.id for b in fw.backends}:
@@ -384,6 +450,7 @@ def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> 
                 yield from refs(cond["not"])
 
     fw_ids = {fw.id for fw in frameworks}
+    member_of = {m.id: b.id for fw in frameworks for b in fw.backends for m in b.members}
     for r in rules:
         for fw_ref in re.findall(r"\{(?:reasons|selected):([^{}]+)\}", r.title + " " + r.message):
             if fw_ref not in fw_ids:
@@ -398,6 +465,13 @@ def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> 
         for bid in refs(r.when):
             if bid not in backend_ids:
                 raise RuleError(f"rule {r.id}: refers to unknown backend {bid!r}", path=r.path, line=r.line)
+            if bid in member_of:
+                raise RuleError(
+                    f"rule {r.id}: refers to {bid!r}, a member of {member_of[bid]!r}",
+                    path=r.path,
+                    line=r.line,
+                    hint=f"findings read the family's availability: use backend {member_of[bid]}",
+                )
             if r.disables:
                 raise RuleError(
                     f"rule {r.id}: a backend rule may not depend on backend availability",
@@ -456,12 +530,24 @@ def _to_json(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> Dict[str
     return {"frameworks": [asdict(f) for f in frameworks], "rules": [asdict(r) for r in rules]}
 
 
+def _backend_from_json(b: Mapping[str, Any]) -> Backend:
+    return Backend(
+        **{
+            **b,
+            "members": tuple(_backend_from_json(m) for m in b.get("members", ())),
+            "compose": tuple(
+                Compose(**{**c, "any_of": tuple(c["any_of"]), "requires": tuple(c["requires"])}) for c in b.get("compose", ())
+            ),
+        }
+    )
+
+
 def _from_json(doc: Mapping[str, Any]) -> Catalogue:
     fws = tuple(
         Framework(
             **{
                 **f,
-                "backends": tuple(Backend(**b) for b in f["backends"]),
+                "backends": tuple(_backend_from_json(b) for b in f["backends"]),
                 "selection": tuple(Selection(**{**s, "order": tuple(s["order"])}) for s in f["selection"]),
                 "sources": tuple(f["sources"]),
             }
@@ -494,12 +580,38 @@ def _from_json(doc: Mapping[str, Any]) -> Catalogue:
     return Catalogue(fws, rules)
 
 
-def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use_cache: bool = True) -> Catalogue:
-    """The built-in catalogue plus the user's --rules-dir folders, validated."""
+def _catalogue_root(path: Path) -> Optional[Path]:
+    """The folder at or above `path` laid out like the shipped catalogue (backends/ and findings/)."""
+    for d in (path, *path.parents):
+        if (d / "backends").is_dir() and (d / "findings").is_dir():
+            return d
+    return None
+
+
+def _shadowed(builtin: Path, extra_files: Sequence[Path]) -> set:
+    """Built-in files that a linted copy of the same file replaces (same path inside a
+    catalogue-shaped folder), so `rules lint rules` on a source tree is not a duplicate of the
+    installed copy."""
+    out = set()
+    for f in extra_files:
+        root = _catalogue_root(f.resolve().parent)
+        if root is not None:
+            twin = builtin / f.resolve().relative_to(root)
+            if twin.is_file():
+                out.add(twin.resolve())
+    return out
+
+
+def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use_cache: bool = True, shadow: bool = False) -> Catalogue:
+    """The built-in catalogue plus the user's --rules-dir folders, validated. With `shadow`
+    (rules lint), a file in the extra folders replaces the built-in file at the same place in a
+    catalogue-shaped folder instead of duplicating its rules."""
     from doctor.resources import rules_dir
 
-    dirs = ([rules_dir()] if builtin else []) + list(extra_dirs)
-    files = _files(dirs)
+    files = _files(list(extra_dirs))
+    if builtin:
+        hidden = _shadowed(rules_dir().resolve(), files) if shadow else set()
+        files = [f for f in _files([rules_dir()]) if f.resolve() not in hidden] + files
     cache_file = None
     if use_cache:
         try:

@@ -185,15 +185,48 @@ RULE: Dict[str, Any] = {
     "additionalProperties": False,
 }
 
+_BACKEND_ID = {"type": "string", "pattern": r"^[a-z0-9_]+\.[a-z0-9_]+$"}
+
+# A member of a backend family (TE's FlashAttention 2, 3 and 4 inside `te.flash`): its own
+# `installed` condition and its own `disables:` rules; never selected on its own.
+MEMBER: Dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "name", "installed"],
+    "properties": {
+        "id": _BACKEND_ID,
+        "name": {"type": "string", "minLength": 1},
+        "installed": {"$ref": "#/$defs/condition"},
+    },
+    "additionalProperties": False,
+}
+
+# How a family is composed from its members, per release: the first entry whose `when` holds
+# applies. The family is available when no rule disables the family itself, every member in
+# `requires` is installed, and at least one member in `any_of` is available.
+COMPOSE: Dict[str, Any] = {
+    "type": "object",
+    "required": ["any_of"],
+    "properties": {
+        "when": {"$ref": "#/$defs/condition"},
+        "any_of": {"type": "array", "items": _BACKEND_ID, "minItems": 1},
+        "requires": {"type": "array", "items": _BACKEND_ID, "minItems": 1},
+        "note": {"type": "string"},
+    },
+    "additionalProperties": False,
+}
+
 BACKEND: Dict[str, Any] = {
     "type": "object",
     "required": ["id", "name"],
     "properties": {
-        "id": {"type": "string", "pattern": r"^[a-z0-9_]+\.[a-z0-9_]+$"},
+        "id": _BACKEND_ID,
         "name": {"type": "string"},
         "installed": {"$ref": "#/$defs/condition"},
         "cost": {"type": "string"},
+        "members": {"type": "array", "items": MEMBER, "minItems": 2},
+        "compose": {"type": "array", "items": COMPOSE, "minItems": 1},
     },
+    "dependentRequired": {"members": ["compose"], "compose": ["members"]},
     "additionalProperties": False,
 }
 

@@ -122,11 +122,15 @@ def test_a_path_under_a_regular_file_is_a_clear_error(tmp_path: Path) -> None:
     assert blocker.read_text(encoding="utf-8") == "x"
 
 
-def test_a_failed_write_leaves_the_old_file_intact(tmp_path: Path) -> None:
-    """Root can write anywhere, so make the backup impossible: FILE.bak/FILE is a folder."""
+def test_a_failed_write_leaves_the_old_file_intact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root can write anywhere, so make the final rename fail."""
     path = tmp_path / "requirements.txt"
     path.write_text("flash-attn==2.6.3\n", encoding="utf-8")
-    (tmp_path / "requirements.txt.bak" / "requirements.txt").mkdir(parents=True)
+
+    def no_rename(src: str, dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", no_rename)
     with pytest.raises(WriteError) as exc:
         write_pinfile(path, [FA])
     assert "the old file, if any, is unchanged" in exc.value.one_line()
@@ -156,3 +160,56 @@ def test_device_files_are_refused_and_symlinks_followed(tmp_path: Path) -> None:
     link.symlink_to(real)
     write_pinfile(link, [Pinned(Pin("flash-attn", "2.5.8"), ("R",))])
     assert link.is_symlink() and "flash-attn==2.5.8" in real.read_text() and "numpy==1.26.4" in real.read_text()
+
+
+# ---------------------------------------------------------------- newcomer review D10, m18
+
+
+def test_an_editable_line_for_the_pinned_package_is_replaced_with_a_warning(tmp_path: Path) -> None:
+    te = Pinned(Pin("transformer-engine", "2.17.0"), ("TE-NO-BACKEND",))
+    path = tmp_path / "requirements.txt"
+    path.write_text("-e git+https://github.com/NVIDIA/TransformerEngine.git@v2.3#egg=transformer_engine[pytorch]\n-e ./local-pkg\nnumpy\n", encoding="utf-8")
+    result = write_pinfile(path, [te])
+    text = path.read_text(encoding="utf-8")
+    assert text == "transformer_engine[pytorch]==2.17.0  # attn-doctor: TE-NO-BACKEND\n-e ./local-pkg\nnumpy\n"
+    assert [w for w in result.warnings if "editable install (-e git+https://github.com/NVIDIA/TransformerEngine.git@v2.3" in w and "2.17.0" in w]
+    assert "#egg=transformer_engine" in (tmp_path / "requirements.txt.bak").read_text(encoding="utf-8")
+
+
+def test_a_read_only_file_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "requirements.txt"
+    path.write_text("flash-attn==2.6.3\n", encoding="utf-8")
+    os.chmod(path, 0o444)
+    with pytest.raises(WriteError) as exc:
+        write_pinfile(path, [FA])
+    assert exc.value.exit_code == 2
+    assert "read-only" in exc.value.one_line() and str(path) in exc.value.one_line()
+    assert path.read_text(encoding="utf-8") == "flash-attn==2.6.3\n"
+    assert (path.stat().st_mode & 0o777) == 0o444
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["requirements.txt"]
+
+
+def test_a_hard_linked_file_is_written_through_so_both_names_see_the_pins(tmp_path: Path) -> None:
+    path = tmp_path / "requirements.txt"
+    path.write_text("flash-attn==2.6.3\n", encoding="utf-8")
+    other = tmp_path / "shared-requirements.txt"
+    os.link(path, other)
+    result = write_pinfile(path, [FA])
+    assert other.read_text(encoding="utf-8") == path.read_text(encoding="utf-8") == "flash-attn==2.5.9.post1  # attn-doctor: TE-CP-FLASH-ATTN-SOFTCAP\n"
+    assert os.path.samefile(path, other)
+    assert result.backup is not None and result.backup.read_text(encoding="utf-8") == "flash-attn==2.6.3\n"
+    assert any("hard links" in w for w in result.warnings)
+
+
+def test_an_existing_backup_is_never_overwritten(tmp_path: Path) -> None:
+    path = tmp_path / "requirements.txt"
+    (tmp_path / "requirements.txt.bak").write_text("my own backup\n", encoding="utf-8")
+    path.write_text("flash-attn==2.6.3\n", encoding="utf-8")
+    first = write_pinfile(path, [FA])
+    assert first.backup == tmp_path / "requirements.txt.bak.1"
+    path.write_text("flash-attn==2.6.0\n", encoding="utf-8")
+    second = write_pinfile(path, [FA])
+    assert second.backup == tmp_path / "requirements.txt.bak.2"
+    assert (tmp_path / "requirements.txt.bak").read_text(encoding="utf-8") == "my own backup\n"
+    assert (tmp_path / "requirements.txt.bak.1").read_text(encoding="utf-8") == "flash-attn==2.6.3\n"
+    assert (tmp_path / "requirements.txt.bak.2").read_text(encoding="utf-8") == "flash-attn==2.6.0\n"

@@ -39,3 +39,28 @@ def test_an_unknown_format_is_a_usage_error_for_every_command(command, capsys: p
         main([*command, "--format", "html"])
     assert exc.value.code == 2
     assert "unknown format 'html'" in capsys.readouterr().err
+
+
+def test_formatter_modules_are_imported_only_when_their_format_is_used() -> None:
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "from doctor.report.render import Style, render\n"
+        "mods = lambda: {m for m in sys.modules if m.startswith('doctor.report.') and m != 'doctor.report.render'}\n"
+        "before = mods()\n"
+        "out = render('probe', 'json', {'host': 'h'}, Style())\n"
+        "print(sorted(before), sorted(mods()), repr(out))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "[] ['doctor.report.json_report'] '{\\n  \"host\": \"h\"\\n}'"
+
+
+def test_every_table_row_names_a_function_that_takes_its_style_options() -> None:
+    import importlib
+    import inspect
+
+    for table in FORMATTERS.values():
+        for fmt in table.values():
+            params = inspect.signature(getattr(importlib.import_module(fmt.module), fmt.function)).parameters
+            assert set(fmt.options) <= set(params), (fmt.module, fmt.function)

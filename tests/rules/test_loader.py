@@ -96,6 +96,8 @@ def test_cache_is_used_and_invalidated_on_edit(tmp_path: Path, monkeypatch: pyte
     [
         (lambda s: s.replace("message: m", "message: torch {package.torch} on {gpu.smm}"), "unknown fact in placeholder {gpu.smm}"),
         (lambda s: s.replace("message: m", "message: '{reasons:no-such-fw}'"), "unknown framework 'no-such-fw'"),
+        (lambda s: s.replace("message: m", "message: breaks from {package.transformer-engine on"), "unclosed placeholder '{package.transformer-engine'"),
+        (lambda s: s.replace("message: m", "message: 'breaks on {package.torch'"), "unclosed placeholder '{package.torch'"),
         (lambda s: s.replace("severity: warning", "severity: warning\n    silent_wrong_results: true"), "must be an error"),
         (lambda s: s.replace("    title: t\n", "    title: t\n    ? [a, b]\n    : 1\n"), "plain scalars"),
     ],
@@ -175,3 +177,34 @@ def test_inferred_needs_a_reason(tmp_path: Path) -> None:
         load(tmp_path, _with_evidence("    confidence: inferred\n"))
     assert "confidence_note" in exc.value.one_line()
     load(tmp_path, _with_evidence("    confidence: inferred\n    confidence_note: from the PR thread only\n"))
+
+
+# ---------------------------------------------------------------- newcomer review m16, m17
+
+
+def test_lint_of_a_copy_of_the_shipped_catalogue_is_not_a_duplicate_of_the_installed_one(tmp_path: Path) -> None:
+    """From a wheel install the built-in catalogue lives in site-packages; `rules lint rules` in a
+    source checkout lints a second copy of the same files: that copy replaces them."""
+    import shutil
+
+    from doctor.app import lint_rules
+    from doctor.resources import rules_dir
+
+    copy = tmp_path / "rules"
+    shutil.copytree(rules_dir(), copy)
+    failures, cases = lint_rules([copy])
+    assert failures == [] and cases > 500
+    failures, cases = lint_rules([copy / "findings" / "flash_attn.yaml"])
+    assert failures == [] and 0 < cases < 100
+
+
+def test_lint_refuses_a_pin_to_a_version_that_was_never_released(tmp_path: Path) -> None:
+    from doctor.app import lint_rules
+
+    p = tmp_path / "r.yaml"
+    p.write_text(GOOD.replace('pins: ["torch==2.6.0"]', 'pins: ["torch==99.0.0"]'))
+    with pytest.raises(RuleError) as exc:
+        lint_rules([p])
+    assert "torch==99.0.0 is not a release of torch" in exc.value.one_line() and f"{p}:3" in exc.value.one_line()
+    p.write_text(GOOD)
+    assert lint_rules([p]) == ([], 2)
