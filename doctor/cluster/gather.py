@@ -176,6 +176,9 @@ class Session:
         """Record the last phase this rank reached (best effort: never raises)."""
         try:
             self.store.set(f"seen/{self.launch.rank}", phase)
+            # a round trip on the same connection: the store has applied the set before this
+            # returns, so a rank that dies right after marking still leaves its phase behind
+            self.store.check([f"seen/{self.launch.rank}"])
         except Exception:  # noqa: BLE001 - rank 0 may be gone; marks are evidence, not control
             pass
 
