@@ -349,6 +349,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--max-disagreements", type=int, default=400, help="how many disagreements to list in full")
     ap.add_argument("--cases-out", help="also write every case with both answers (JSON lines)")
     ap.add_argument("--replay", help="take the cases and TE's answers from a --cases-out file instead of running TE")
+    ap.add_argument("--coverage-out", help="also write, per rule, the cases where it switched a TE backend off "
+                    "(and where it was the only reason), for rules/evidence/te-oracle-coverage.json")
     args = ap.parse_args(argv)
 
     if args.replay:
@@ -370,6 +372,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     kinds: Dict[str, int] = {}
     skipped: Dict[str, int] = {}
     dump = open(args.cases_out, "w", encoding="utf-8") if args.cases_out else None
+    coverage: Dict[str, Dict[str, Any]] = {}
     for v in versions:
         n = a = 0
         for case, te in zip(cases[v], te_answers[v]):
@@ -378,6 +381,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 continue
             doc = model.answer(case)
             diff = compare(te, doc)
+            _cover(coverage, v, doc, diff is None)
             n += 1
             if diff is None:
                 a += 1
@@ -404,8 +408,45 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "disagreements": disagreements,
     }
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    if args.coverage_out:
+        write_coverage(Path(args.coverage_out), coverage, total, agree, versions)
     print(f"te_oracle: {agree}/{total} agree ({100.0 * agree / max(total, 1):.2f}%); written to {args.out}")
     return 0
+
+
+def _cover(coverage: Dict[str, Dict[str, Any]], version: str, doc: Dict[str, Any], agreed: bool) -> None:
+    """Count, per rule, the cases where it switched a TE backend off, and those where it was
+    the only rule doing so (so the verdict TE gave for that backend rests on this rule)."""
+    for backend, ids in doc["rules"].items():
+        own = [i for i in ids if not i.startswith("ORACLE-")]
+        for rule_id in own:
+            row = coverage.setdefault(rule_id, {"fired": 0, "sole": 0, "disagree": 0, "sole_releases": set()})
+            row["fired"] += 1
+            row["disagree"] += 0 if agreed else 1
+            if len(ids) == 1:
+                row["sole"] += 1
+                row["sole_releases"].add(version)
+
+
+def write_coverage(path: Path, coverage: Dict[str, Dict[str, Any]], total: int, agree: int,
+                   versions: Sequence[str]) -> None:
+    from doctor.versions import version_key
+
+    rules = {
+        rid: {"fired": row["fired"], "sole": row["sole"], "disagree": row["disagree"],
+              "sole_releases": sorted(row["sole_releases"], key=version_key)}
+        for rid, row in sorted(coverage.items())
+    }
+    doc = {
+        "about": "Written by tools/te_oracle.py --coverage-out: per TE backend rule, the oracle cases "
+                 "(TE's own get_attention_backend, run from each release's wheel) in which it switched a "
+                 "backend off, and those in which it was the only rule to do so. Do not edit.",
+        "cases": total,
+        "agree": agree,
+        "releases": list(versions),
+        "rules": rules,
+    }
+    path.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n", encoding="utf-8")
 
 
 def load_cases(path: Path) -> Tuple[Dict[str, List[Dict[str, Any]]], Dict[str, List[Dict[str, Any]]]]:

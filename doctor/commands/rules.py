@@ -101,9 +101,9 @@ def show_rule(
 
 def _confidence_lines(r: Any) -> List[str]:
     """How the rule's version ranges stand against released artifacts (rules/evidence.lock.json)."""
-    from doctor.rules.evidence import load_lock, standing, version_bounded
+    from doctor.rules.evidence import load_lock, load_oracle_coverage, standing, version_bounded
 
-    st = standing(r, load_lock(), version_bounded(r.when))
+    st = standing(r, load_lock(), version_bounded(r.when), load_oracle_coverage())
     if st.level is None:
         return []
     what = {
@@ -112,6 +112,7 @@ def _confidence_lines(r: Any) -> List[str]:
         "differs": "CONTRADICTED by released artifacts",
         "stale": "evidence not evaluated yet",
         "unverified": "unverified (no evidence on released artifacts)",
+        "oracle": "checked by TE's own selection code (no evidence entry on released artifacts)",
     }[st.level]
     out = [f"version ranges: {what}"]
     if r.confidence_note:
@@ -123,19 +124,20 @@ def _confidence_lines(r: Any) -> List[str]:
 def _evidence_levels(paths: List[Path]) -> Dict[str, List[str]]:
     """Rule ids by how their version ranges stand against rules/evidence.lock.json."""
     from doctor.resources import rules_dir
-    from doctor.rules.evidence import load_lock, standing, version_bounded
+    from doctor.rules.evidence import load_lock, load_oracle_coverage, standing, version_bounded
     from doctor.rules.loader import load_catalogue
 
     builtin = rules_dir().resolve()
     extra = [p for p in paths if builtin not in (Path(p).resolve(), *Path(p).resolve().parents)]
     own = [Path(p).resolve() for p in paths]
     lock = load_lock()
+    coverage = load_oracle_coverage()
     levels: Dict[str, List[str]] = {}
     for r in load_catalogue(extra, builtin=True, shadow=True).rules:
         where = Path(r.path).resolve()
         if own and not any(where == p or p in where.parents for p in own):
             continue
-        st = standing(r, lock, version_bounded(r.when))
+        st = standing(r, lock, version_bounded(r.when), coverage)
         if st.level:
             levels.setdefault(st.level, []).append(r.id)
     return levels
@@ -157,7 +159,7 @@ def lint_rules(
     if levels:
         emit(
             "version ranges: "
-            + ", ".join(f"{len(levels.get(k, []))} {k}" for k in ("derived", "inferred", "unverified", "stale", "differs") if levels.get(k))
+            + ", ".join(f"{len(levels.get(k, []))} {k}" for k in ("derived", "oracle", "inferred", "unverified", "stale", "differs") if levels.get(k))
             + " (attn-doctor rules show ID says why)"
         )
     emit(f"{checked} rule test cases, {len(failures)} failed")

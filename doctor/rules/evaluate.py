@@ -173,7 +173,7 @@ def _status(b: Backend, fw_id: str, fw_in: Outcome, by_backend: Dict[str, List[R
     _, reasons, unknown, fired = _own(b, fw_in, by_backend, ctx, outcomes)
     rule = next((c for c in b.compose if c.when is None or evaluate(c.when, ctx).value is True), b.compose[-1])
     used = [members[mid] for mid in rule.any_of]
-    if all(installed[m.id] is False for m in members.values()):
+    if all(installed[mid] is False for mid in members):
         reasons.append("library not installed")
     else:
         for mid in rule.requires:
@@ -186,12 +186,12 @@ def _status(b: Backend, fw_id: str, fw_in: Outcome, by_backend: Dict[str, List[R
                 unknown.extend(f"{m.name}: {'; '.join(m.reasons)}" for m in used if m.available is None)
             # every member is out too: say why for each installed one, so that fixing a
             # family-wide reason does not hide the next blocker
-            for m in members.values():
-                if installed[m.id] is False or m.available is None:
+            for st in members.values():
+                if installed[st.id] is False or st.available is None:
                     continue
-                why = "; ".join(m.reasons) if m.available is False else f"not used by {b.name} here ({rule.note or 'this release does not use it'})"
-                reasons.append(f"{m.name} out: {why}")
-                fired.extend(m.rule_ids)
+                state = "; ".join(st.reasons) if st.available is False else f"not used by {b.name} here ({rule.note or 'this release does not use it'})"
+                reasons.append(f"{st.name} out: {state}")
+                fired.extend(st.rule_ids)
     available, why = _verdict(reasons, unknown)
     return BackendStatus(
         id=b.id,

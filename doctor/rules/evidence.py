@@ -107,18 +107,37 @@ def load_lock(rules_dir: Optional[Path] = None) -> Dict[str, Any]:
         return {"records": {}, "packages": {}}
 
 
+COVERAGE_NAME = "evidence/te-oracle-coverage.json"
+
+
+def load_oracle_coverage(rules_dir: Optional[Path] = None) -> Dict[str, Any]:
+    """Per TE rule, how TE's own selection code (tools/te_oracle.py, run from each release's
+    wheel) bore it out: cases where it switched a backend off and where it was the only rule to."""
+    if rules_dir is None:
+        from doctor.resources import rules_dir as _rules_dir
+
+        rules_dir = _rules_dir()
+    try:
+        return dict(json.loads((rules_dir / COVERAGE_NAME).read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return {}
+
+
 @dataclass(frozen=True)
 class Standing:
     """One rule's confidence: 'derived' (every evidence entry agrees with the lock), 'inferred'
     (the rule says why its range is not derived), 'differs' (evidence disagrees and the rule
-    does not say why), 'stale' (an entry is missing from the lock or changed since), or
+    does not say why), 'stale' (an entry is missing from the lock or changed since),
+    'oracle' (no evidence entry, but TE's own selection code agreed with the doctor in every
+    oracle case, and in some of them this rule alone switched the backend off), or
     'unverified' (a version-bounded rule without evidence); None for rules without versions."""
 
     level: Optional[str]
     lines: List[str]
 
 
-def standing(rule: Any, lock: Mapping[str, Any], version_bounded: bool) -> Standing:
+def standing(rule: Any, lock: Mapping[str, Any], version_bounded: bool,
+             coverage: Optional[Mapping[str, Any]] = None) -> Standing:
     lines: List[str] = []
     level: Optional[str] = None
     bad = stale = False
@@ -147,6 +166,16 @@ def standing(rule: Any, lock: Mapping[str, Any], version_bounded: bool) -> Stand
         level = "derived"
     elif version_bounded:
         level = "unverified"
+        cov: Mapping[str, Any] = coverage or {}
+        row = cov.get("rules", {}).get(rule.id)
+        complete = bool(cov) and cov.get("agree") == cov.get("cases")
+        if row and complete and row.get("sole") and not row.get("disagree"):
+            level = "oracle"
+            rel = row.get("sole_releases") or ["?"]
+            lines.append(
+                f"TE's own selection code agreed in all {cov.get('cases')} oracle cases (tools/te_oracle.py); "
+                f"this rule alone switched the backend off in {row['sole']} of them, on TE {rel[0]}-{rel[-1]} "
+                f"({len(rel)} releases)")
     return Standing(level, lines)
 
 
