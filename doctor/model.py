@@ -62,6 +62,14 @@ class CudnnInfo:
     # from the effective one (snapshot key cudnn.system, a list); "" when none differs.
     system: Optional[str] = None
 
+    @property
+    def installed_is_bundled(self) -> Optional[bool]:
+        """Whether the installed cuDNN is the release torch pins (major.minor.patch; the pin's
+        fourth component is the wheel build); None when either is unknown."""
+        if not self.installed or not self.bundled:
+            return None
+        return self.installed.split(".")[:3] == self.bundled.split(".")[:3]
+
 
 @dataclass(frozen=True)
 class GpuInfo:

@@ -38,6 +38,7 @@ FACT_PATHS = frozenset(
     [f"torch.{f.name}" for f in fields(TorchInfo)]
     + [f"cuda.{f.name}" for f in fields(CudaInfo)]
     + [f"cudnn.{f.name}" for f in fields(CudnnInfo)]
+    + ["cudnn.installed_is_bundled"]
     + ["gpu.sm", "gpu.sm_max", "gpu.name", "gpu.count", "gpu.memory_mib", "python.version", "python.implementation"]
     + [f"workload.{f.name}" for f in fields(Workload) if f.name not in ("source", "defaulted", "context_parallel")]
     + [f"workload.{name}" for name in WORKLOAD_DERIVED]
