@@ -300,6 +300,9 @@ def load_release_catalogue(directory: Optional[Path] = None) -> ReleaseCatalogue
     input error naming the folder; one without torch or flash-attn data is refused."""
     from doctor.errors import InputError
 
+    if directory is not None and not Path(directory).is_dir():
+        what = "is not a folder" if Path(directory).exists() else "does not exist"
+        raise InputError(f"release catalogue folder {what}", path=str(directory), hint="give the folder `attn-doctor releases refresh --output DIR` wrote")
     try:
         cat = _catalogue(str(directory) if directory else None)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -130,3 +130,17 @@ def test_json_api_unreachable() -> None:
     with pytest.raises(IndexUnreachable) as exc:
         via_json("xtuner", "https://pypi.example", fetch)
     assert "https://pypi.example/pypi/xtuner/json: connection refused" in exc.value.one_line()
+
+
+def test_a_releases_folder_that_is_not_there_is_named_as_such(tmp_path: Path) -> None:
+    from doctor.errors import InputError
+    from doctor.releases.catalogue import load_release_catalogue
+
+    with pytest.raises(InputError, match="does not exist"):
+        load_release_catalogue(tmp_path / "nope")
+    afile = tmp_path / "torch.json"
+    afile.write_text("{}")
+    with pytest.raises(InputError, match="is not a folder"):
+        load_release_catalogue(afile)
+    with pytest.raises(InputError, match="no torch or flash-attn releases"):
+        load_release_catalogue(tmp_path)  # a folder, but empty
