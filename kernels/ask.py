@@ -75,7 +75,9 @@ def _with_fd2(fn: Any) -> Tuple[Any, str]:
     return value, text
 
 
-def _native_lines(text: str) -> List[str]:
+def native_warning_lines(text: str) -> List[str]:
+    """Native warning lines (c10's "[W ...] Warning: X (function f)") as their messages, once each;
+    the kernel worker reads its teed stderr the same way."""
     import re
 
     out: List[str] = []
@@ -159,7 +161,7 @@ def torch_choice(workload: Mapping[str, Any], device: Any = None) -> Dict[str, A
                 ok, native = _with_fd2(lambda: bool(check(params, True)))
             ans["available"][bid] = ok
             if not ok:
-                ans["reasons"][bid] = (_messages(caught) + _native_lines(native))[:4]
+                ans["reasons"][bid] = (_messages(caught) + native_warning_lines(native))[:4]
         torch.use_deterministic_algorithms(was_det, warn_only=was_warn)
         ans["available"]["sdpa.math"] = True
         ans["asked_shape"] = [b, hq, hkv, sq, skv, dqk, dv]

@@ -209,16 +209,9 @@ class _StderrTee:
 
     def warnings(self, limit: int = 8) -> List[str]:
         """Warning lines, without c10's "[W ...] Warning:" prefix and "(function ...)" tail."""
-        import re
+        from ask import native_warning_lines  # sibling module (this script's folder is on sys.path)
 
-        text = b"".join(self.chunks).decode("utf-8", "replace")
-        out: List[str] = []
-        for line in text.splitlines():
-            m = re.search(r"Warning:\s*(.*?)\s*(?:\(function .*\))?\s*$", line)
-            msg = (m.group(1) if m else "").strip()
-            if msg and msg not in out:
-                out.append(msg)
-        return out[:limit]
+        return native_warning_lines(b"".join(self.chunks).decode("utf-8", "replace"))[:limit]
 
 
 def _is_fatal(exc: BaseException) -> bool:

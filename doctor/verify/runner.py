@@ -179,10 +179,9 @@ class WarmWorker:
 
 
 class _Run:
-    """What one run_cases call collects (the lock guards the observer's view)."""
+    """What one run_cases call collects."""
 
     def __init__(self, watch: Observer) -> None:
-        self.lock = threading.Lock()
         self.watch = watch
         self.results: Dict[str, CaseResult] = {}
         self.details: Dict[str, CaseDetail] = {}
@@ -199,10 +198,9 @@ class _Run:
                tail: str = "") -> None:
         r = CaseResult(id=spec.id, backend=spec.backend, status=status, detail=detail,
                        max_rel_error=max_rel, ms=ms, tflops=tflops)
-        with self.lock:
-            self.results[spec.id] = r
-            self.details[spec.id] = CaseDetail(spec.id, spec.purpose, seconds, checks, tail)
-            self.watch.on_case(r)
+        self.results[spec.id] = r
+        self.details[spec.id] = CaseDetail(spec.id, spec.purpose, seconds, checks, tail)
+        self.watch.on_case(r)
 
 
 def _run_sequence(run: _Run, cases: Sequence[CaseSpec], *, python: str, timeout_s: float,
@@ -212,22 +210,19 @@ def _run_sequence(run: _Run, cases: Sequence[CaseSpec], *, python: str, timeout_
     the rest. `ask` goes to the first worker, which also gives the run's environment and
     start-up phases."""
     pending: List[CaseSpec] = list(cases)
-    started_here = 0
     record = run.record
     while pending:
         try:
-            w_warm = warm.take(python, device, env) if warm is not None and started_here == 0 else None
-            w = w_warm or _Worker(python, device, env, Path(tmp) / f"worker{started_here}.stderr")
-            w.send(pending, ask=ask if started_here == 0 else ())
+            w_warm = warm.take(python, device, env) if warm is not None and run.workers == 0 else None
+            w = w_warm or _Worker(python, device, env, Path(tmp) / f"worker{run.workers}.stderr")
+            w.send(pending, ask=ask if run.workers == 0 else ())
         except OSError as exc:
             for c in pending:
                 record(c, "skipped", f"kernel worker could not be started with {python}: {exc}")
             pending.clear()
             break
-        started_here += 1
-        first = started_here == 1
-        with run.lock:
-            run.workers += 1
+        run.workers += 1
+        first = run.workers == 1
         by_id = {c.id: c for c in pending}
         current: Optional[CaseSpec] = None
         started = False
@@ -272,18 +267,16 @@ def _run_sequence(run: _Run, cases: Sequence[CaseSpec], *, python: str, timeout_
                     run.ph["worker_start_s"] = received - w.t_spawn
             elif kind == "env":
                 started = True
-                with run.lock:
-                    run.first_env = now if run.first_env is None else min(run.first_env, now)
-                    if first:
-                        run.env_ev = ev
-                        run.ph["import_s"] = float(ev.get("import_s") or 0.0)
-                        run.ph["cuda_init_s"] = float(ev.get("cuda_init_s") or 0.0)
-                    else:
-                        run.ph["restart_s"] += received - w.t_spawn
+                if first:
+                    run.first_env = now
+                    run.env_ev = ev
+                    run.ph["import_s"] = float(ev.get("import_s") or 0.0)
+                    run.ph["cuda_init_s"] = float(ev.get("cuda_init_s") or 0.0)
+                else:
+                    run.ph["restart_s"] += received - w.t_spawn
                 deadline = now + timeout_s
             elif kind == "ask":
-                with run.lock:
-                    run.asked.append({k: v for k, v in ev.items() if k != "event"})
+                run.asked.append({k: v for k, v in ev.items() if k != "event"})
                 deadline = now + timeout_s
             elif kind == "start":
                 current = by_id.get(str(ev.get("id")))
