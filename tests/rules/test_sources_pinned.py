@@ -5,15 +5,11 @@ of one version. A branch (`main`, `master`, ...) is not a source: what it says c
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Iterator, Tuple
 
 import pytest
 
 from doctor.rules.loader import load_catalogue
-from doctor.yamlio import read_yaml
-
-RULES = Path(__file__).resolve().parents[2] / "rules"
 
 BRANCHES = {"main", "master", "develop", "dev", "trunk", "nightly", "HEAD", "viable", "stable"}
 GITHUB = re.compile(r"^https://github\.com/[\w.-]+/[\w.-]+/(?P<kind>[\w-]+)/(?P<rest>.+)$")
@@ -46,15 +42,13 @@ def problem(url: str) -> str:
 
 
 def sources() -> Iterator[Tuple[str, str]]:
-    for rule in load_catalogue(use_cache=False).rules:
+    cat = load_catalogue(use_cache=False)
+    for rule in cat.rules:
         for url in rule.sources:
             yield rule.id, url
-    for path in sorted(RULES.rglob("*.yaml")):
-        doc = read_yaml(path)
-        if isinstance(doc, dict):
-            for fw in doc.get("frameworks") or []:
-                for url in fw.get("sources") or []:
-                    yield f"framework {fw.get('id')}", str(url)
+    for fw in cat.frameworks:
+        for url in fw.sources:
+            yield f"framework {fw.id}", url
 
 
 def test_every_source_is_pinned_to_a_release_tag_commit_or_thread() -> None:
