@@ -89,6 +89,26 @@ def _major_minor(text: Optional[str]) -> Optional[Tuple[int, int]]:
     return int(parts[0]), int(parts[1])
 
 
+def arch_runs_on(arch_list: Optional[Tuple[str, ...]], sm: int) -> Optional[bool]:
+    """Whether a torch built for `arch_list` ("sm_80", "compute_120", ...) has code for a GPU of
+    compute capability `sm` (86 for 8.6): a cubin of the same major and an equal or lower minor,
+    or PTX of an equal or lower architecture that the driver compiles; None without a list."""
+    if arch_list is None:
+        return None
+    major, minor = divmod(sm, 10)
+    for entry in arch_list:
+        kind, _, num = entry.partition("_")
+        digits = "".join(ch for ch in num if ch.isdigit())
+        if not digits:
+            continue
+        a_major, a_minor = divmod(int(digits), 10)
+        if kind == "sm" and a_major == major and a_minor <= minor:
+            return True
+        if kind == "compute" and (a_major, a_minor) <= (major, minor):
+            return True
+    return False
+
+
 def driver_behind(torch_cuda: Optional[str], driver_cuda: Optional[str]) -> Optional[str]:
     """How the driver's highest CUDA compares with the CUDA torch was built for: "major" (an
     older major: the runtime does not start), "minor" (same major, older minor: minor-version
