@@ -243,6 +243,7 @@ class Workload:
     training: bool = True
     deterministic: bool = False
     fp8: bool = False
+    kv_cache: bool = False  # a KV cache is in use (TE: inference_params given), prefill or decode
     context_parallel: ContextParallel = field(default_factory=ContextParallel)
     attn_implementation: Optional[str] = None
     framework: Optional[str] = None  # who dispatches attention; None: not stated
