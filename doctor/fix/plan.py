@@ -633,6 +633,7 @@ class _Planner:
         errors0 = {f.rule_id for f in ev0.diagnosis.findings if f.status == "fired" and f.severity == "error"}
         best: Tuple[Tuple[Any, ...], FrozenSet[int]] = ((len(errors0 & set(ev0.bad)), len(ev0.bad), 0, ev0.cost), start)
         evaluations = 0
+        clean: List[Tuple[Tuple[int, ...], List[int], FrozenSet[int]]] = []
         while heap and evaluations < MAX_EVALUATIONS:
             _, _, state = heapq.heappop(heap)
             ev = self.evaluate(state)
@@ -671,7 +672,13 @@ class _Planner:
                 evaluations += 1
                 if ev2 is None:
                     continue
+                if not any(r not in targets or self.candidates(r) for r in ev2.bad):
+                    clean.append((ev2.cost, sorted(nxt), nxt))
                 heapq.heappush(heap, (ev2.cost, next(counter), nxt))
+        if clean:
+            # The budget ran out before the cheapest clean plan was popped; a clean plan seen on
+            # the way still beats one that leaves an error.
+            return min(clean)[2], self.evaluate(min(clean)[2])
         return best[1], self.evaluate(best[1])
 
 
