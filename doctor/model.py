@@ -86,7 +86,7 @@ class GpuInfo:
 
 @dataclass(frozen=True)
 class ImportStatus:
-    status: str  # ok | error | missing | timeout
+    status: str  # ok | error | missing | timeout | present (looked for, not imported: targets.PRESENCE_ONLY)
     error: Optional[str] = None
     cause: Optional[str] = None  # decoded cause of an `undefined symbol`, ABI mismatch, ...
     fix: Optional[str] = None  # what to do about it (the matching wheel, a rebuild)
@@ -191,6 +191,7 @@ class Workload:
     training: bool = True
     deterministic: bool = False
     fp8: bool = False
+    kv_cache: bool = False  # a KV cache is in use (TE: inference_params given), prefill or decode
     context_parallel: ContextParallel = field(default_factory=ContextParallel)
     attn_implementation: Optional[str] = None
     framework: Optional[str] = None  # who dispatches attention; None: not stated
