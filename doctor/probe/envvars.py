@@ -43,6 +43,7 @@ NAMES = frozenset(
         "MAX_JOBS",
         "OMP_NUM_THREADS",
         "TOKENIZERS_PARALLELISM",
+        "DISABLE_VERSION_CHECK",  # LLaMA-Factory skips its dependency check (LF-*-DEPENDENCY-WINDOW)
     }
 )
 SECRET_WORDS = (

@@ -71,3 +71,28 @@ def test_no_secret_appears_anywhere_in_the_snapshot(site: Path) -> None:
         assert secret not in text, secret
     assert doc["env"]["HF_TOKEN"] == REDACTED
     assert doc["env"]["LD_LIBRARY_PATH"] == "/x:/y"
+
+
+def _env_names(cond: object) -> set:
+    """Every `env:` name a condition tree reads."""
+    if isinstance(cond, dict):
+        names = {cond["env"]} if "env" in cond else set()
+        for value in cond.values():
+            names |= _env_names(value)
+        return names
+    if isinstance(cond, list):
+        return set().union(*(_env_names(c) for c in cond)) if cond else set()
+    return set()
+
+
+def test_every_variable_a_rule_reads_is_collected() -> None:
+    # A rule that reads env.X can only see X if the probe keeps it; otherwise the fact is
+    # always unset and, e.g., LLaMA-Factory's DISABLE_VERSION_CHECK=1 would never quiet
+    # the LF-*-DEPENDENCY-WINDOW errors.
+    from doctor.probe.envvars import is_relevant
+    from doctor.rules.loader import load_catalogue
+
+    read = set().union(*(_env_names(r.when) for r in load_catalogue(use_cache=False).rules))
+    assert "DISABLE_VERSION_CHECK" in read
+    assert sorted(n for n in read if not is_relevant(n)) == []
+    assert relevant({"DISABLE_VERSION_CHECK": "1"}) == {"DISABLE_VERSION_CHECK": "1"}
