@@ -86,7 +86,7 @@ class GpuInfo:
 
 @dataclass(frozen=True)
 class ImportStatus:
-    status: str  # ok | error | missing | timeout
+    status: str  # ok | error | missing | timeout | present (looked for, not imported: targets.PRESENCE_ONLY)
     error: Optional[str] = None
     cause: Optional[str] = None  # decoded cause of an `undefined symbol`, ABI mismatch, ...
     fix: Optional[str] = None  # what to do about it (the matching wheel, a rebuild)

@@ -30,7 +30,7 @@ from doctor.model import (
 )
 
 RECREATE = "fix the file or re-create it with `attn-doctor probe --format json > FILE`"
-IMPORT_STATUSES = ("ok", "error", "missing", "timeout")
+IMPORT_STATUSES = ("ok", "error", "missing", "timeout", "present")
 # section -> field -> kind (text | bool | int | text_list | text_map | rows); other keys pass
 SECTION_FIELDS: Dict[str, Dict[str, str]] = {
     "python": {"version": "text", "implementation": "text", "executable": "text"},

@@ -16,7 +16,7 @@ from doctor import __version__
 from doctor.model import SCHEMA_VERSION
 from doctor.probe import cuda_libs, cudnn, envvars, gpus, hostinfo, packages, torch_build
 from doctor.probe.sources import Sources
-from doctor.probe.targets import IMPORT_DISTS, IMPORTS, TORCH_LOADED_FACTS
+from doctor.probe.targets import IMPORT_DISTS, IMPORTS, PRESENCE_ONLY, TORCH_LOADED_FACTS
 
 if TYPE_CHECKING:  # child and cache are imported only when the child runs (not for --static)
     from doctor.probe import child
@@ -141,6 +141,9 @@ def _imports(
             notes.unknown[key] = loaded.unknown[key]
         else:
             notes.unknown[key] = why_not
+    for name in PRESENCE_ONLY:
+        out[name] = {"status": "present" if _present(name, scan) else "missing", "error": None, "cause": None, "fix": None}
+        notes.provenance[f"imports.{name}"] = "static: looked for on sys.path, not imported"
     return out
 
 

@@ -14,6 +14,12 @@ IMPORTS: Tuple[str, ...] = (
     "xformers",
 )
 
+# Modules only looked for on sys.path, never imported: their presence tells releases apart where
+# the version an install reports does not (XTuner 1.x installed from its tags reports 0.2.0, the
+# version in its xtuner/version.py, and is the only one with the xtuner.v1 package). Their import
+# status is "present" or "missing".
+PRESENCE_ONLY: Tuple[str, ...] = ("xtuner.v1",)
+
 # module -> distributions whose presence means the import is worth trying (and whose version
 # the decoder quotes in a fix)
 IMPORT_DISTS: Mapping[str, Tuple[str, ...]] = {

@@ -28,7 +28,7 @@ FRAMEWORKS: Tuple[str, ...] = (
     "pytorch-lightning", "torchtitan", "axolotl", "llamafactory", "unsloth", "mmengine",
     "flex-attention", "kernels",
 )
-STATUS_STYLE = {"ok": "green", "error": "bold red", "timeout": "yellow", "missing": "dim"}
+STATUS_STYLE = {"ok": "green", "error": "bold red", "timeout": "yellow", "missing": "dim", "present": "green"}
 
 
 def _v(value: Any, unknown: str = "unknown") -> str:

@@ -6,7 +6,7 @@ import json
 from datetime import datetime, timezone
 from pathlib import Path
 
-from probe_fakes import FakeNvml, FakeRunner, add_dist, add_torch, child_output, good_child_records, sources
+from probe_fakes import FakeNvml, FakeRunner, add_dist, add_file, add_torch, child_output, good_child_records, sources
 
 from doctor.model import SCHEMA_VERSION
 from doctor.probe import collect
@@ -107,3 +107,17 @@ def test_cache_is_off_with_the_environment_switch() -> None:
     assert default_cache_dir({"HOME": "/home/u"}) == Path("/home/u/.cache/attn-doctor")
     assert default_cache_dir({"XDG_CACHE_HOME": "/c"}) == Path("/c/attn-doctor")
     assert default_cache_dir({"HOME": "/home/u", "ATTN_DOCTOR_NO_CACHE": "1"}) is None
+
+
+def test_xtuner_1x_is_told_apart_from_pypi_0_2_0_by_its_v1_package(site: Path) -> None:
+    """XTuner 1.x installed from its git tags reports version 0.2.0, like the PyPI release; only
+    its xtuner/v1 package tells them apart. The probe looks for it without importing it."""
+    add_torch(site)
+    add_dist(site, "xtuner", "0.2.0")
+    add_file(site, "xtuner/__init__.py")
+    src = sources(site, nvml_loader=lambda: FakeNvml())
+    assert collect(loaded=False, sources=src)["imports"]["xtuner.v1"]["status"] == "missing"
+    add_file(site, "xtuner/v1/__init__.py")
+    doc = collect(loaded=False, sources=src)
+    assert doc["imports"]["xtuner.v1"]["status"] == "present"
+    assert doc["provenance"]["imports.xtuner.v1"].startswith("static")
