@@ -70,6 +70,58 @@ class CudnnInfo:
             return None
         return self.installed.split(".")[:3] == self.bundled.split(".")[:3]
 
+    @property
+    def loaded_incompatible(self) -> Optional[bool]:
+        """Whether torch refuses the loaded cuDNN as built against its pin: another major
+        version, or an older minor of the same major (torch/backends/cudnn/__init__.py
+        compares major and minor only); None when either is unknown."""
+        lo, bu = _major_minor(self.loaded), _major_minor(self.bundled)
+        if lo is None or bu is None:
+            return None
+        return lo[0] != bu[0] or lo[1] < bu[1]
+
+
+def _major_minor(text: Optional[str]) -> Optional[Tuple[int, int]]:
+    """(major, minor) of a dotted version string; None when it has no such prefix."""
+    parts = (text or "").split(".")
+    if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+def arch_runs_on(arch_list: Optional[Tuple[str, ...]], sm: int) -> Optional[bool]:
+    """Whether a torch built for `arch_list` ("sm_80", "compute_120", ...) has code for a GPU of
+    compute capability `sm` (86 for 8.6): a cubin of the same major and an equal or lower minor,
+    or PTX of an equal or lower architecture that the driver compiles; None without a list."""
+    if arch_list is None:
+        return None
+    major, minor = divmod(sm, 10)
+    for entry in arch_list:
+        kind, _, num = entry.partition("_")
+        digits = "".join(ch for ch in num if ch.isdigit())
+        if not digits:
+            continue
+        a_major, a_minor = divmod(int(digits), 10)
+        if kind == "sm" and a_major == major and a_minor <= minor:
+            return True
+        if kind == "compute" and (a_major, a_minor) <= (major, minor):
+            return True
+    return False
+
+
+def driver_behind(torch_cuda: Optional[str], driver_cuda: Optional[str]) -> Optional[str]:
+    """How the driver's highest CUDA compares with the CUDA torch was built for: "major" (an
+    older major: the runtime does not start), "minor" (same major, older minor: minor-version
+    compatibility), "no"; None when either is unknown."""
+    t, d = _major_minor(torch_cuda), _major_minor(driver_cuda)
+    if t is None or d is None:
+        return None
+    if d[0] < t[0]:
+        return "major"
+    if d[0] == t[0] and d[1] < t[1]:
+        return "minor"
+    return "no"
+
 
 @dataclass(frozen=True)
 class GpuInfo:
@@ -191,6 +243,7 @@ class Workload:
     training: bool = True
     deterministic: bool = False
     fp8: bool = False
+    kv_cache: bool = False  # a KV cache is in use (TE: inference_params given), prefill or decode
     context_parallel: ContextParallel = field(default_factory=ContextParallel)
     attn_implementation: Optional[str] = None
     framework: Optional[str] = None  # who dispatches attention; None: not stated

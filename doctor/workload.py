@@ -52,6 +52,7 @@ KEYS = (
     "training",
     "deterministic",
     "fp8",
+    "kv_cache",
     "context_parallel",
     "attn_implementation",
     "framework",
@@ -165,7 +166,7 @@ def build(
             out["seq_len_q"] = out["seq_len_kv"] = _int(key, value, path, line)
         elif key in ("head_dim_qk", "head_dim_v", "num_heads", "num_kv_heads", "seq_len_q", "seq_len_kv", "batch_size"):
             out[key] = _int(key, value, path, line)
-        elif key in ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8"):
+        elif key in ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache"):
             out[key] = _bool(key, value, path, line)
         elif key in ("softcap", "dropout"):
             out[key] = _float(key, value, path, line)

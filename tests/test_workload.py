@@ -132,3 +132,20 @@ def test_a_comm_type_flag_keeps_the_cp_size_of_the_workload_file(tmp_path: Path)
 
     with pytest.raises(InputError, match="needs a context-parallel size"):
         resolve_workload(flags={"context_parallel": {"comm_type": "a2a"}})
+
+
+def test_kv_cache_is_a_workload_key_and_a_flag(tmp_path: Path) -> None:
+    # TE's KV-cache filter reads inference_params, which a prefill passes too (issue 12, part 3):
+    # the workload has to be able to say "a KV cache is in use" independently of seq_len_q.
+    f = tmp_path / "w.yaml"
+    f.write_text("kv_cache: true\ntraining: false\nseq_len: 2048\n")
+    w = resolve_workload(workload_file=f)
+    assert w.kv_cache is True and w.seq_len_q == 2048 and "kv_cache" not in w.defaulted
+    assert resolve_workload().kv_cache is False
+    assert parse_workload_flags(["--kv-cache"]) == {"kv_cache": True}
+    assert parse_workload_flags(["--no-kv-cache"]) == {"kv_cache": False}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kv_cache: maybe\n")
+    with pytest.raises(InputError) as exc:
+        resolve_workload(workload_file=bad)
+    assert "kv_cache" in str(exc.value)

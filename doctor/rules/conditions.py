@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 from doctor.rules.callpath import FIELDS as PATH_FIELDS
 from doctor.rules.callpath import CallPath
 from doctor.versions import canonical_name, release, version_matches
-from doctor.model import WORKLOAD_DERIVED, BackendStatus, CudaInfo, CudnnInfo, Facts, TorchInfo, Workload
+from doctor.model import WORKLOAD_DERIVED, BackendStatus, CudaInfo, CudnnInfo, Facts, TorchInfo, Workload, arch_runs_on, driver_behind
 
 # --------------------------------------------------------------------------- values
 
@@ -38,7 +38,7 @@ FACT_PATHS = frozenset(
     [f"torch.{f.name}" for f in fields(TorchInfo)]
     + [f"cuda.{f.name}" for f in fields(CudaInfo)]
     + [f"cudnn.{f.name}" for f in fields(CudnnInfo)]
-    + ["cudnn.installed_is_bundled"]
+    + ["cudnn.installed_is_bundled", "cudnn.loaded_incompatible", "cuda.driver_behind", "torch.arch_runs_gpu"]
     + ["gpu.sm", "gpu.sm_max", "gpu.name", "gpu.count", "gpu.memory_mib", "python.version", "python.implementation"]
     + [f"workload.{f.name}" for f in fields(Workload) if f.name not in ("source", "defaulted", "context_parallel")]
     + [f"workload.{name}" for name in WORKLOAD_DERIVED]
@@ -96,6 +96,15 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
             return Value(True, min(mems)) if mems else _unknown(path, facts, "GPU memory unknown")
     if head == "torch" and facts.packages is not None and "torch" not in facts.packages and facts.torch.version is None:
         return Value(True, None)  # torch is not installed: every torch fact is known to be absent
+    if path == "torch.arch_runs_gpu":
+        if facts.torch.arch_list is None or not facts.gpus:
+            return _unknown("torch.arch_list" if facts.torch.arch_list is None else "gpu.sm", facts, "not probed")
+        return Value(True, all(arch_runs_on(facts.torch.arch_list, g.sm) for g in facts.gpus))
+    if path == "cuda.driver_behind":
+        behind = driver_behind(facts.torch.cuda, facts.cuda.driver_cuda)
+        if behind is not None:
+            return Value(True, behind)
+        return _unknown("cuda.driver_cuda" if facts.torch.cuda else "torch.cuda", facts, "not probed")
     if head in ("torch", "cuda", "cudnn", "python"):
         section = getattr(facts, head)
         val = getattr(section, rest)

@@ -101,3 +101,40 @@ def test_torch_not_installed_is_a_known_absence() -> None:
     c = ctx({"packages": {"transformers": "4.44.2"}, "unknown": {"torch": "torch is not installed on this Python"}})
     assert evaluate({"fact": "torch.cuda", "ge": "12.0"}, c).value is False
     assert evaluate({"fact": "torch.cuda", "is_set": False}, c).value is True
+
+
+def test_driver_behind_compares_majors_then_minors_of_any_cuda() -> None:
+    def behind(torch_cuda: str, driver_cuda: str) -> object:
+        doc = {"torch": {"version": "2.4.1", "cuda": torch_cuda}, "cuda": {"driver_cuda": driver_cuda}}
+        return evaluate({"fact": "cuda.driver_behind", "eq": "minor"}, ctx(doc)).value, evaluate(
+            {"fact": "cuda.driver_behind", "eq": "major"}, ctx(doc)
+        ).value
+
+    assert behind("12.1", "12.0") == (True, False)  # torch 2.4's default CUDA, a list of 12.4+ missed it
+    assert behind("13.0", "12.8") == (False, True)
+    assert behind("14.0", "13.9") == (False, True)  # the next major needs no new rule
+    assert behind("12.8", "12.10") == (False, False)  # minor 10 is newer than 8, not "12.1"
+    unknown = ctx({"torch": {"version": "2.4.1", "cuda": "12.1"}, "cuda": {}})
+    assert evaluate({"fact": "cuda.driver_behind", "eq": "minor"}, unknown).value is None
+
+
+def test_loaded_cudnn_is_judged_like_torch_judges_it() -> None:
+    def refused(bundled: str, loaded: str) -> object:
+        return evaluate({"fact": "cudnn.loaded_incompatible", "eq": True}, ctx({"cudnn": {"bundled": bundled, "loaded": loaded}})).value
+
+    assert refused("9.10.2.21", "9.10.0") is False  # same minor: accepted
+    assert refused("9.10.2.21", "9.8.0") is True
+    assert refused("8.5.0.96", "9.1.0") is True  # another major, even newer
+    assert refused("9.1.0.70", "9.19.0") is False
+
+
+def test_arch_runs_gpu_follows_cubin_and_ptx_compatibility() -> None:
+    def runs(arch: list, cc: str) -> object:
+        doc = {"torch": {"version": "2.11.0", "cuda": "13.0", "arch_list": arch}, "gpus": [{"name": "g", "compute_capability": cc}]}
+        return evaluate({"fact": "torch.arch_runs_gpu", "eq": True}, ctx(doc)).value
+
+    assert runs(["sm_80", "sm_86"], "8.9") is True  # sm_86 cubin on sm89
+    assert runs(["sm_90"], "8.7") is False
+    assert runs(["sm_120", "compute_120"], "12.1") is True
+    assert runs(["sm_90", "compute_120"], "10.0") is False  # PTX never runs on an older GPU
+    assert runs(["sm_100"], "10.3") is True
