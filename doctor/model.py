@@ -316,6 +316,11 @@ class Workload:
         return self.num_kv_heads % self.context_parallel.size == 0
 
     @property
+    def cp_heads_below_size(self) -> bool:
+        """Fewer query heads than context/sequence-parallel ranks: some rank gets no head."""
+        return self.num_heads < self.context_parallel.size
+
+    @property
     def cp_kv_heads_repeatable(self) -> bool:
         """kv heads split evenly over the ranks, or each rank can hold whole repeated kv heads."""
         size = self.context_parallel.size
@@ -350,6 +355,7 @@ WORKLOAD_DERIVED = (
     "q_longer_than_kv",
     "cp_heads_divisible",
     "cp_kv_heads_divisible",
+    "cp_heads_below_size",
     "cp_kv_heads_repeatable",
     "cp_local_heads_divisible",
     "cp_seq_divisible",
