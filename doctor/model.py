@@ -244,6 +244,7 @@ class Workload:
     deterministic: bool = False
     fp8: bool = False
     kv_cache: bool = False  # a KV cache is in use (TE: inference_params given), prefill or decode
+    sdpa_fa3: bool = False  # torch.nn.attention.activate_flash_attention_impl("FA3") was called (torch >= 2.11)
     context_parallel: ContextParallel = field(default_factory=ContextParallel)
     attn_implementation: Optional[str] = None
     framework: Optional[str] = None  # who dispatches attention; None: not stated
@@ -316,6 +317,12 @@ class Workload:
         return self.num_kv_heads % self.context_parallel.size == 0
 
     @property
+    def score_elements(self) -> int:
+        """batch x heads x seq_len_q x seq_len_kv: the size of the attention-score matrix (TE 2.19+
+        compares it with 2**30 for its deterministic THD backward on sm90)."""
+        return self.batch_size * self.num_heads * self.seq_len_q * self.seq_len_kv
+
+    @property
     def cp_heads_below_size(self) -> bool:
         """Fewer query heads than context/sequence-parallel ranks: some rank gets no head."""
         return self.num_heads < self.context_parallel.size
@@ -356,6 +363,7 @@ WORKLOAD_DERIVED = (
     "cp_heads_divisible",
     "cp_kv_heads_divisible",
     "cp_heads_below_size",
+    "score_elements",
     "cp_kv_heads_repeatable",
     "cp_local_heads_divisible",
     "cp_seq_divisible",

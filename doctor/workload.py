@@ -53,6 +53,7 @@ KEYS = (
     "deterministic",
     "fp8",
     "kv_cache",
+    "sdpa_fa3",
     "context_parallel",
     "attn_implementation",
     "framework",
@@ -166,7 +167,7 @@ def build(
             out["seq_len_q"] = out["seq_len_kv"] = _int(key, value, path, line)
         elif key in ("head_dim_qk", "head_dim_v", "num_heads", "num_kv_heads", "seq_len_q", "seq_len_kv", "batch_size"):
             out[key] = _int(key, value, path, line)
-        elif key in ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache"):
+        elif key in ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "sdpa_fa3"):
             out[key] = _bool(key, value, path, line)
         elif key in ("softcap", "dropout"):
             out[key] = _float(key, value, path, line)
