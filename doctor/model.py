@@ -328,6 +328,11 @@ class Workload:
         return self.num_heads < self.context_parallel.size
 
     @property
+    def cp_kv_heads_below_size(self) -> bool:
+        """Fewer key/value heads than context/sequence-parallel ranks."""
+        return self.num_kv_heads < self.context_parallel.size
+
+    @property
     def cp_kv_heads_repeatable(self) -> bool:
         """kv heads split evenly over the ranks, or each rank can hold whole repeated kv heads."""
         size = self.context_parallel.size
@@ -363,6 +368,7 @@ WORKLOAD_DERIVED = (
     "cp_heads_divisible",
     "cp_kv_heads_divisible",
     "cp_heads_below_size",
+    "cp_kv_heads_below_size",
     "score_elements",
     "cp_kv_heads_repeatable",
     "cp_local_heads_divisible",
