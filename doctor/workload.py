@@ -61,6 +61,9 @@ KEYS = (
     "packing",
 )
 
+# The boolean keys: in a workload file as true/false, on the command line as --KEY / --no-KEY.
+BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "sdpa_fa3")
+
 _DTYPE_ALIASES = {
     "float16": "fp16",
     "half": "fp16",
@@ -167,7 +170,7 @@ def build(
             out["seq_len_q"] = out["seq_len_kv"] = _int(key, value, path, line)
         elif key in ("head_dim_qk", "head_dim_v", "num_heads", "num_kv_heads", "seq_len_q", "seq_len_kv", "batch_size"):
             out[key] = _int(key, value, path, line)
-        elif key in ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "sdpa_fa3"):
+        elif key in BOOL_KEYS:
             out[key] = _bool(key, value, path, line)
         elif key in ("softcap", "dropout"):
             out[key] = _float(key, value, path, line)

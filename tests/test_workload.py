@@ -9,7 +9,7 @@ import pytest
 
 from doctor.commands.options import parse_workload_flags
 from doctor.errors import InputError
-from doctor.workload import resolve_workload, workload_from_model
+from doctor.workload import BOOL_KEYS, resolve_workload, workload_from_model
 
 
 def test_no_workload_is_the_default_profile_and_says_so() -> None:
@@ -134,18 +134,21 @@ def test_a_comm_type_flag_keeps_the_cp_size_of_the_workload_file(tmp_path: Path)
         resolve_workload(flags={"context_parallel": {"comm_type": "a2a"}})
 
 
-def test_kv_cache_is_a_workload_key_and_a_flag(tmp_path: Path) -> None:
-    # TE's KV-cache filter reads inference_params, which a prefill passes too (issue 12, part 3):
-    # the workload has to be able to say "a KV cache is in use" independently of seq_len_q.
+@pytest.mark.parametrize("key", BOOL_KEYS)
+def test_every_boolean_key_is_a_workload_key_and_a_flag(tmp_path: Path, key: str) -> None:
+    # e.g. kv_cache: TE's KV-cache filter reads inference_params, which a prefill passes too, so
+    # the workload has to say "a KV cache is in use" independently of seq_len_q; sdpa_fa3: the
+    # program activated torch's FlashAttention-3 implementation.
+    default = getattr(resolve_workload(), key)
     f = tmp_path / "w.yaml"
-    f.write_text("kv_cache: true\ntraining: false\nseq_len: 2048\n")
+    f.write_text(f"{key}: {'false' if default else 'true'}\nseq_len: 2048\n")
     w = resolve_workload(workload_file=f)
-    assert w.kv_cache is True and w.seq_len_q == 2048 and "kv_cache" not in w.defaulted
-    assert resolve_workload().kv_cache is False
-    assert parse_workload_flags(["--kv-cache"]) == {"kv_cache": True}
-    assert parse_workload_flags(["--no-kv-cache"]) == {"kv_cache": False}
+    assert getattr(w, key) is (not default) and w.seq_len_q == 2048 and key not in w.defaulted
+    flag = key.replace("_", "-")
+    assert parse_workload_flags([f"--{flag}"]) == {key: True}
+    assert parse_workload_flags([f"--no-{flag}"]) == {key: False}
     bad = tmp_path / "bad.yaml"
-    bad.write_text("kv_cache: maybe\n")
+    bad.write_text(f"{key}: maybe\n")
     with pytest.raises(InputError) as exc:
         resolve_workload(workload_file=bad)
-    assert "kv_cache" in str(exc.value)
+    assert key in str(exc.value)

@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from doctor.errors import InputError
-from doctor.workload import KEYS
+from doctor.workload import BOOL_KEYS, KEYS
 
 if TYPE_CHECKING:
     from doctor.app import CheckOptions
 
-BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "sdpa_fa3")
 FLAG_KEYS = tuple(k for k in KEYS if k != "context_parallel") + ("cp_size", "cp_comm_type", "cp_impl")
 
 WORKLOAD_FLAGS_HELP = (

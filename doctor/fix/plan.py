@@ -633,16 +633,20 @@ class _Planner:
         errors0 = {f.rule_id for f in ev0.diagnosis.findings if f.status == "fired" and f.severity == "error"}
         best: Tuple[Tuple[Any, ...], FrozenSet[int]] = ((len(errors0 & set(ev0.bad)), len(ev0.bad), 0, ev0.cost), start)
         evaluations = 0
-        clean: List[Tuple[Tuple[int, ...], List[int], FrozenSet[int]]] = []
+
+        def finished(ev: _Eval) -> bool:  # nothing new fires and nothing left has a candidate
+            return not any(r not in targets or self.candidates(r) for r in ev.bad)
+
+        clean: List[Tuple[Tuple[int, ...], List[int], FrozenSet[int]]] = []  # finished plans seen
         while heap and evaluations < MAX_EVALUATIONS:
             _, _, state = heapq.heappop(heap)
             ev = self.evaluate(state)
             if ev is None:
                 continue
+            if finished(ev):
+                return state, ev
             new = [r for r in ev.bad if r not in targets]
             fixable = [r for r in ev.bad if self.candidates(r)]
-            if not new and not fixable:
-                return state, ev
             errors = {f.rule_id for f in ev.diagnosis.findings if f.status == "fired" and f.severity == "error"}
             if not errors.intersection(new):
                 # Fallback when no clean plan exists: fewest errors, then fewest warnings (an
@@ -672,13 +676,14 @@ class _Planner:
                 evaluations += 1
                 if ev2 is None:
                     continue
-                if not any(r not in targets or self.candidates(r) for r in ev2.bad):
+                if finished(ev2):
                     clean.append((ev2.cost, sorted(nxt), nxt))
                 heapq.heappush(heap, (ev2.cost, next(counter), nxt))
         if clean:
             # The budget ran out before the cheapest clean plan was popped; a clean plan seen on
             # the way still beats one that leaves an error.
-            return min(clean)[2], self.evaluate(min(clean)[2])
+            cheapest = min(clean)[2]
+            return cheapest, self.evaluate(cheapest)
         return best[1], self.evaluate(best[1])
 
 
