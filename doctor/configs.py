@@ -4,7 +4,7 @@
 
 | kind | recognised by | what it gives |
 |---|---|---|
-| axolotl | YAML with base_model and axolotl's attention/packing keys | attention, packing, seq, dtype, CP (ring-flash-attn) |
+| axolotl | YAML with base_model and axolotl's attention/packing keys | attention, packing, seq, dtype, CP (ring-flash-attn), FSDP/DeepSpeed, gradient accumulation |
 | llamafactory | YAML with model_name_or_path and stage/finetuning_type/template | attention, packing, seq, dtype |
 | accelerate | YAML with compute_environment / distributed_type | dtype, CP (torch ring attention) |
 | nemo | YAML with a `model:` section holding Megatron keys | heads, head dim, seq, dtype, CP (TE) |
@@ -108,6 +108,12 @@ def _axolotl(t: _Taker, doc: Mapping[str, Any]) -> None:
         t.put("sample_packing: true", "packing", "varlen" if impl == "flash_attention_2" else "padding_free")
     if doc.get("sequence_len") is not None:
         t.put("sequence_len", "seq_len", t.int_("sequence_len", doc["sequence_len"]))
+    if doc.get("fsdp"):  # a list of FSDP options (full_shard, auto_wrap, ...)
+        t.put("fsdp", "distributed", "fsdp")
+    elif doc.get("deepspeed"):  # the path of a DeepSpeed JSON config
+        t.put("deepspeed", "distributed", "deepspeed")
+    if doc.get("gradient_accumulation_steps") is not None:
+        t.put("gradient_accumulation_steps", "grad_accum_steps", t.int_("gradient_accumulation_steps", doc["gradient_accumulation_steps"]))
     for key in ("context_parallel_size", "sequence_parallel_degree"):
         if doc.get(key) is not None and t.int_(key, doc[key]) > 1:
             t.put(key, "context_parallel.size", t.int_(key, doc[key]))
@@ -238,6 +244,10 @@ def _nemo(t: _Taker, doc: Mapping[str, Any]) -> None:
 
 def _deepspeed(t: _Taker, doc: Mapping[str, Any]) -> None:
     t.put("DeepSpeed", "framework", "deepspeed")
+    t.put("DeepSpeed", "distributed", "deepspeed")
+    ga = doc.get("gradient_accumulation_steps")
+    if ga is not None and ga != "auto":  # "auto": the trainer fills it in
+        t.put("gradient_accumulation_steps", "grad_accum_steps", t.int_("gradient_accumulation_steps", ga))
     for key in ("bf16", "fp16"):
         sec = doc.get(key)
         if isinstance(sec, Mapping) and sec.get("enabled") is not None and t.bool_(f"{key}.enabled", sec["enabled"]):

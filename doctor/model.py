@@ -202,6 +202,7 @@ FRAMEWORKS = (
     "custom",
 )
 PACKINGS = ("padded", "varlen", "padding_free")
+DISTRIBUTED = ("ddp", "fsdp", "deepspeed")  # how the training loop shards the model (not who runs attention)
 CP_IMPLS = ("te", "torch_ring", "ulysses", "ring_flash_attn")
 ATTN_IMPLEMENTATIONS = (
     "eager",
@@ -245,6 +246,8 @@ class Workload:
     fp8: bool = False
     kv_cache: bool = False  # a KV cache is in use (TE: inference_params given), prefill or decode
     sdpa_fa3: bool = False  # torch.nn.attention.activate_flash_attention_impl("FA3") was called (torch >= 2.11)
+    distributed: Optional[str] = None  # ddp, fsdp or deepspeed; None: not stated
+    grad_accum_steps: int = 1  # gradient accumulation steps
     pad_between_seqs: bool = False  # thd batches with padding between sequences (TE: cu_seqlens_*_padded != cu_seqlens_*)
     context_parallel: ContextParallel = field(default_factory=ContextParallel)
     attn_implementation: Optional[str] = None

@@ -18,6 +18,7 @@ from doctor.model import (
     ATTN_IMPLEMENTATIONS,
     CP_COMM_TYPES,
     CP_IMPLS,
+    DISTRIBUTED,
     DTYPES,
     FRAMEWORKS,
     MASKS,
@@ -55,6 +56,8 @@ KEYS = (
     "kv_cache",
     "sdpa_fa3",
     "pad_between_seqs",
+    "distributed",
+    "grad_accum_steps",
     "context_parallel",
     "attn_implementation",
     "framework",
@@ -160,6 +163,8 @@ def build(
             out["framework"] = _choice(key, str(value).replace("_", "-").replace("llama-factory", "llamafactory"), FRAMEWORKS, path, line)
         elif key == "packing":
             out["packing"] = _choice(key, str(value).replace("-", "_"), PACKINGS, path, line)
+        elif key == "distributed":
+            out["distributed"] = _choice(key, value, DISTRIBUTED, path, line)
         elif key == "model_type":
             text = str(value).strip()
             if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", text):
@@ -169,7 +174,7 @@ def build(
             out["head_dim_qk"] = out["head_dim_v"] = _int(key, value, path, line)
         elif key == "seq_len":
             out["seq_len_q"] = out["seq_len_kv"] = _int(key, value, path, line)
-        elif key in ("head_dim_qk", "head_dim_v", "num_heads", "num_kv_heads", "seq_len_q", "seq_len_kv", "batch_size"):
+        elif key in ("head_dim_qk", "head_dim_v", "num_heads", "num_kv_heads", "seq_len_q", "seq_len_kv", "batch_size", "grad_accum_steps"):
             out[key] = _int(key, value, path, line)
         elif key in BOOL_KEYS:
             out[key] = _bool(key, value, path, line)
