@@ -25,7 +25,8 @@ PRESENCE_ONLY: Tuple[str, ...] = ("xtuner.v1",)
 IMPORT_DISTS: Mapping[str, Tuple[str, ...]] = {
     "flash_attn": ("flash-attn",),
     "flash_attn_2_cuda": ("flash-attn",),
-    "flash_attn_interface": ("flash-attn-3", "flash-attn"),
+    # flashattn-hopper: the hopper/ builds of 2.6.2-2.7.2.post1 install flash_attn_interface too
+    "flash_attn_interface": ("flash-attn-3", "flash-attn", "flashattn-hopper"),
     "flash_attn.cute": ("flash-attn-4",),
     "transformer_engine": ("transformer-engine", "transformer-engine-torch"),
     "transformer_engine.pytorch": ("transformer-engine-torch", "transformer-engine"),
