@@ -20,6 +20,7 @@ from doctor.model import (
     CP_IMPLS,
     DISTRIBUTED,
     DTYPES,
+    FP8_RECIPES,
     FRAMEWORKS,
     MASKS,
     PACKINGS,
@@ -56,6 +57,7 @@ KEYS = (
     "kv_cache",
     "sdpa_fa3",
     "pad_between_seqs",
+    "fp8_recipe",
     "distributed",
     "grad_accum_steps",
     "context_parallel",
@@ -163,6 +165,8 @@ def build(
             out["framework"] = _choice(key, str(value).replace("_", "-").replace("llama-factory", "llamafactory"), FRAMEWORKS, path, line)
         elif key == "packing":
             out["packing"] = _choice(key, str(value).replace("-", "_"), PACKINGS, path, line)
+        elif key == "fp8_recipe":
+            out["fp8_recipe"] = _choice(key, value, FP8_RECIPES, path, line)
         elif key == "distributed":
             out["distributed"] = _choice(key, value, DISTRIBUTED, path, line)
         elif key == "model_type":

@@ -152,3 +152,24 @@ def test_every_boolean_key_is_a_workload_key_and_a_flag(tmp_path: Path, key: str
     with pytest.raises(InputError) as exc:
         resolve_workload(workload_file=bad)
     assert key in str(exc.value)
+
+
+def test_te_fp8_recipe_follows_the_gpu_the_release_and_the_switch() -> None:
+    """The recipe TE's attention runs with: stated, else TE's default for the GPU and release,
+    then NVTE_DPA_FP8_RECIPE (read from TE 2.8; MXFP8 is switched from 2.15)."""
+    from doctor.model import te_dpa_fp8_recipe as recipe
+
+    assert recipe("2.20.2", 100, None, None, None) == "mxfp8"  # B200: MXFP8 by default
+    assert recipe("2.20.2", 90, None, None, None) == "delayed"
+    assert recipe("2.20.2", 120, None, None, None) == "current"  # sm120 from 2.7
+    assert recipe("2.6.0.post1", 120, None, None, None) == "delayed"  # 2.6: MXFP8 only sm100-119
+    assert recipe("2.3.0", 120, None, None, None) == "mxfp8"  # 2.1-2.5: every sm100+
+    assert recipe("1.13.0", None, None, None, None) == "delayed"  # no GPU needed before 2.1
+    assert recipe("2.20.2", None, None, None, None) is None  # the default needs the GPU
+    assert recipe("2.20.2", 100, None, "megatron", None) == "delayed"
+    assert recipe("2.20.2", 100, "block", None, None) == "block"
+    assert recipe("2.14.1", 100, "mxfp8", None, "DelayedScaling") == "mxfp8"
+    assert recipe("2.15.0", 100, "mxfp8", None, "DelayedScaling") == "delayed"
+    assert recipe("2.10.0", 90, "delayed", None, "Float8CurrentScaling") == "current"
+    assert recipe("2.7.0", 90, "delayed", None, "Float8CurrentScaling") == "delayed"  # not read before 2.8
+    assert recipe("2.20.2", 90, "block", None, "F16") == "f16"

@@ -309,6 +309,8 @@ def doctor_case(case: Dict[str, Any]) -> Dict[str, Any]:
     }  # fmt: skip
     if case["window_size"] is not None:
         wl["window_size"] = list(case["window_size"])
+    if case["dtype"] == "fp8":
+        wl["fp8_recipe"] = "delayed"  # te_runtime passes DelayedScaling(fp8_dpa=True) as fp8_meta's recipe
     wl["context_parallel"] = {"size": case["cp_size"], "comm_type": case["cp_comm_type"]}
     sm = case["sm"]
     return {

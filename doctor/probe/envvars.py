@@ -44,6 +44,7 @@ NAMES = frozenset(
         "OMP_NUM_THREADS",
         "TOKENIZERS_PARALLELISM",
         "DISABLE_VERSION_CHECK",  # LLaMA-Factory skips its dependency check (LF-*-DEPENDENCY-WINDOW)
+        "USE_V1",  # LLaMA-Factory 0.9.4+ runs its v1 launcher, which has no dependency check
     }
 )
 SECRET_WORDS = (

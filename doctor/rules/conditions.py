@@ -15,7 +15,18 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 from doctor.rules.callpath import FIELDS as PATH_FIELDS
 from doctor.rules.callpath import CallPath
 from doctor.versions import canonical_name, release, version_matches
-from doctor.model import WORKLOAD_DERIVED, BackendStatus, CudaInfo, CudnnInfo, Facts, TorchInfo, Workload, arch_runs_on, driver_behind
+from doctor.model import (
+    WORKLOAD_DERIVED,
+    BackendStatus,
+    CudaInfo,
+    CudnnInfo,
+    Facts,
+    TorchInfo,
+    Workload,
+    arch_runs_on,
+    driver_behind,
+    te_dpa_fp8_recipe,
+)
 
 # --------------------------------------------------------------------------- values
 
@@ -39,12 +50,14 @@ FACT_PATHS = frozenset(
     + [f"cuda.{f.name}" for f in fields(CudaInfo)]
     + [f"cudnn.{f.name}" for f in fields(CudnnInfo)]
     + ["cudnn.installed_is_bundled", "cudnn.loaded_incompatible", "cuda.driver_behind", "torch.arch_runs_gpu"]
+    + ["te.fp8_recipe"]
     + ["gpu.sm", "gpu.sm_max", "gpu.name", "gpu.count", "gpu.memory_mib", "python.version", "python.implementation"]
     + [f"workload.{f.name}" for f in fields(Workload) if f.name not in ("source", "defaulted", "context_parallel")]
     + [f"workload.{name}" for name in WORKLOAD_DERIVED]
     + [f"path.{name}" for name in PATH_FIELDS]
 )
 FACT_PREFIXES = ("env.", "imports.", "package.")
+TE_DISTS = ("transformer-engine", "transformer-engine-torch", "transformer-engine-cu12", "transformer-engine-cu13")
 # Derived from the release catalogue (doctor/rules/wheel_facts.py)
 WHEEL_FACT_PATHS = frozenset(f"wheels.flash-attn.{n}" for n in ("wheel", "needs_build", "broken_wheel", "why", "build"))
 
@@ -100,6 +113,16 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
         if facts.torch.arch_list is None or not facts.gpus:
             return _unknown("torch.arch_list" if facts.torch.arch_list is None else "gpu.sm", facts, "not probed")
         return Value(True, all(arch_runs_on(facts.torch.arch_list, g.sm) for g in facts.gpus))
+    if path == "te.fp8_recipe":
+        if facts.packages is None:
+            return _unknown(path, facts, "installed packages were not probed")
+        te = next((facts.packages[d] for d in TE_DISTS if facts.packages.get(d)), None)
+        if te is None:
+            return Value(True, None)
+        sm = min(g.sm for g in facts.gpus) if facts.gpus else None
+        switch = facts.env.get("NVTE_DPA_FP8_RECIPE") if facts.env is not None else None
+        recipe = te_dpa_fp8_recipe(te, sm, workload.fp8_recipe, workload.framework, switch)
+        return Value(True, recipe) if recipe is not None else _unknown("gpu.sm", facts, "no GPU found: TE's default FP8 recipe depends on it")
     if path == "cuda.driver_behind":
         behind = driver_behind(facts.torch.cuda, facts.cuda.driver_cuda)
         if behind is not None:
