@@ -450,6 +450,26 @@ def dump_lock(lock: Mapping[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def summary(lock: Mapping[str, Any]) -> str:
+    """A markdown table: per package, its rules' version conditions by standing (no network)."""
+    from doctor.rules.evidence import CONDITION_LEVELS, condition_standings, load_oracle_coverage
+    from doctor.rules.loader import load_catalogue
+
+    coverage = load_oracle_coverage()
+    table: Dict[str, Dict[str, int]] = {}
+    for rule in load_catalogue(use_cache=False).rules:
+        for pkg, _spec, level in condition_standings(rule, lock, coverage):
+            row = table.setdefault(pkg, {})
+            row[level] = row.get(level, 0) + 1
+    levels = [lv for lv in CONDITION_LEVELS if any(lv in row for row in table.values())]
+    out = ["| package | conditions | " + " | ".join(levels) + " |", "|---|---|" + "---|" * len(levels)]
+    for pkg, row in sorted(table.items(), key=lambda kv: (-sum(kv[1].values()), kv[0])):
+        out.append(f"| {pkg} | {sum(row.values())} | " + " | ".join(str(row.get(lv, 0)) for lv in levels) + " |")
+    total = {lv: sum(row.get(lv, 0) for row in table.values()) for lv in levels}
+    out.append(f"| **all** | {sum(total.values())} | " + " | ".join(str(total[lv]) for lv in levels) + " |")
+    return "\n".join(out)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cache", type=Path, default=Path(os.environ.get("ATTN_DOCTOR_EVIDENCE_CACHE", Path.home() / ".cache" / "attn-doctor-evidence")))
@@ -458,7 +478,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--package", action="append", default=[], help="only entries about this package (repeatable)")
     ap.add_argument("--mirror", action="append", default=[], metavar="OWNER/NAME=GITDIR", help="a local git mirror with the release tags (repeatable); else a bare clone in the cache")
     ap.add_argument("--check", action="store_true", help="evaluate and report, do not write the lock")
+    ap.add_argument("--summary", action="store_true", help="offline: per package, how its version conditions stand against the lock")
     args = ap.parse_args(argv)
+    if args.summary:
+        print(summary(json.loads(args.lock.read_text()) if args.lock.is_file() else {}))
+        return 0
 
     try:
         entries = catalogue_entries(args.rule)

@@ -1,6 +1,6 @@
 """Draw an audit sample: rule ids from the catalogue, uniformly, with a fixed seed.
 
-    PYTHONPATH=. python docs/audit/draw_sample.py            # the fourth sample (seed 202611224)
+    PYTHONPATH=. python docs/audit/draw_sample.py            # the fifth sample (seed 202611225)
     PYTHONPATH=. python docs/audit/draw_sample.py --sample 2 # the second one
 
 The ids are sorted before sampling, so the draw depends only on the catalogue's ids and the
@@ -14,6 +14,8 @@ the commit it was drawn at:
   was drawn at is named in sample-3.md.
 - sample 4 (seed 202611224, 30 rules): its seed was committed before the draw, which follows the
   whole-catalogue audit (docs/audit/catalogue/); the commit it was drawn at is named in sample-4.md.
+- sample 5 (seed 202611225, 30 rules): its seed was committed before the draw, which follows the
+  second whole-catalogue audit (docs/audit/catalogue2/); the commit it was drawn at is named in sample-5.md.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import random
 
 from doctor.rules.loader import load_catalogue
 
-SEEDS = {2: 20261122_2, 3: 20261122_3, 4: 20261122_4}
+SEEDS = {2: 20261122_2, 3: 20261122_3, 4: 20261122_4, 5: 20261122_5}
 SIZE = 30
 
 
@@ -34,7 +36,7 @@ def draw(sample: int = 3, size: int = SIZE) -> list:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sample", type=int, default=4, choices=sorted(SEEDS))
+    ap.add_argument("--sample", type=int, default=5, choices=sorted(SEEDS))
     args = ap.parse_args()
     for rule_id in draw(args.sample):
         print(rule_id)

@@ -186,3 +186,66 @@ def version_bounded(cond: Any) -> bool:
             return True
         return any(version_bounded(c) for k in ("all", "any") for c in cond.get(k, ()) or ()) or version_bounded(cond.get("not"))
     return False
+
+
+def version_conditions(cond: Any) -> List[tuple]:
+    """Every `{package: P, version: SPEC}` leaf of a condition, as (P, SPEC), in order, once each."""
+    out: List[tuple] = []
+
+    def walk(c: Any) -> None:
+        if not isinstance(c, dict):
+            return
+        if "package" in c and isinstance(c.get("version"), str):
+            leaf = (c["package"], c["version"])
+            if leaf not in out:
+                out.append(leaf)
+        for k in ("all", "any"):
+            for sub in c.get(k, ()) or ():
+                walk(sub)
+        walk(c.get("not"))
+
+    walk(cond)
+    return out
+
+
+CONDITION_LEVELS = ("derived", "within", "oracle", "inferred", "other-package", "none", "stale", "differs")
+
+
+def condition_standings(rule: Any, lock: Mapping[str, Any],
+                        coverage: Optional[Mapping[str, Any]] = None) -> List[tuple]:
+    """How each version condition of a rule stands, as (package, spec, level). A rule's own
+    standing is 'derived' when every evidence entry agrees; this is the finer view, one
+    condition at a time: 'derived' (an exact entry on that package and range agrees with the
+    lock), 'within' (only an entry that holds throughout the range, not one that fixes its
+    edges), 'oracle' (a TE condition of a rule TE's own selection code confirmed),
+    'inferred' (the rule says why it is not derived), 'other-package' (the rule's evidence
+    is on another package: e.g. TE's source naming the flash-attn versions it accepts),
+    'none', or 'stale'/'differs' for an exact entry the lock does not confirm."""
+    records = lock.get("records", {})
+    rule_level = standing(rule, lock, version_bounded(rule.when), coverage).level
+    out: List[tuple] = []
+    for pkg, spec in version_conditions(rule.when):
+        level = "none"
+        for i, entry in enumerate(rule.evidence):
+            if entry.get("package") != pkg or entry.get("range") != spec:
+                continue
+            rec = records.get(f"{rule.id}#{i}")
+            if entry.get("within"):
+                level = "within" if level == "none" else level
+                continue
+            if rec is None or rec.get("key") != entry_key(entry):
+                level = "stale"
+            elif judge(entry, rec).ok:
+                level = "derived"
+            else:
+                level = "differs"
+            break
+        if level == "none":
+            if rule.confidence == "inferred":
+                level = "inferred"
+            elif rule_level == "oracle" and pkg.startswith("transformer-engine"):
+                level = "oracle"
+            elif rule.evidence:
+                level = "other-package"
+        out.append((pkg, spec, level))
+    return out

@@ -74,3 +74,37 @@ def test_judge_flags_a_range_that_starts_too_late() -> None:
     assert tool.judge({"package": "transformers", "range": ">=5.1", "all": []}, rec).ok
     within = tool.judge({"package": "transformers", "range": ">=5.2,<5.4", "within": True, "all": []}, rec)
     assert within.ok
+
+
+def test_condition_standings_show_which_condition_the_evidence_fixes() -> None:
+    """A rule whose one evidence entry agrees stands 'derived' as a whole; the per-condition view
+    still says that its second version condition rests on that entry's package, not its own."""
+    from types import SimpleNamespace
+
+    entry = {"package": "transformer-engine", "range": ">=2.1", "all": []}
+    rule = SimpleNamespace(
+        id="X-RULE", confidence=None, evidence=[entry, {"package": "flash-attn", "range": ">=2.4", "within": True, "all": []}],
+        when={"all": [{"package": "transformer-engine", "version": ">=2.1"}, {"package": "flash-attn", "version": ">=2.4"},
+                      {"not": {"package": "torch", "version": "<2.0"}}]},
+    )
+    lock = {"records": {
+        "X-RULE#0": {"key": tool.entry_key(entry), "holds": ["2.1.0", "2.2.0"], "fails": ["2.0.0"]},
+        "X-RULE#1": {"key": tool.entry_key(rule.evidence[1]), "holds": ["2.4.0"], "fails": []},
+    }}
+    assert tool.standing(rule, lock, True).level == "derived"
+    assert tool.condition_standings(rule, lock) == [
+        ("transformer-engine", ">=2.1", "derived"), ("flash-attn", ">=2.4", "within"), ("torch", "<2.0", "other-package")]
+    lock["records"]["X-RULE#0"] = {"key": tool.entry_key(entry), "holds": ["2.2.0"], "fails": ["2.0.0", "2.1.0"]}
+    assert tool.condition_standings(rule, lock)[0] == ("transformer-engine", ">=2.1", "differs")
+    inferred = SimpleNamespace(id="Y", confidence="inferred", evidence=[], when={"package": "torch", "version": ">=2.6"})
+    assert tool.condition_standings(inferred, {"records": {}}) == [("torch", ">=2.6", "inferred")]
+    bare = SimpleNamespace(id="Z", confidence=None, evidence=[], when={"package": "torch", "version": ">=2.6"})
+    assert tool.condition_standings(bare, {"records": {}}) == [("torch", ">=2.6", "none")]
+
+
+def test_every_version_condition_of_the_catalogue_has_a_standing() -> None:
+    """No version condition is left without evidence, an oracle check or a stated reason."""
+    coverage = tool.load_oracle_coverage()
+    bare = [f"{r.id}: {p} {s!r}" for r in CAT.rules for p, s, level in tool.condition_standings(r, LOCKED, coverage)
+            if level in ("none", "stale", "differs") and not (level == "differs" and r.confidence == "inferred")]
+    assert not bare, f"version conditions without a standing: {bare[:10]}"
