@@ -245,6 +245,7 @@ class Workload:
     fp8: bool = False
     kv_cache: bool = False  # a KV cache is in use (TE: inference_params given), prefill or decode
     sdpa_fa3: bool = False  # torch.nn.attention.activate_flash_attention_impl("FA3") was called (torch >= 2.11)
+    pad_between_seqs: bool = False  # thd batches with padding between sequences (TE: cu_seqlens_*_padded != cu_seqlens_*)
     context_parallel: ContextParallel = field(default_factory=ContextParallel)
     attn_implementation: Optional[str] = None
     framework: Optional[str] = None  # who dispatches attention; None: not stated

@@ -54,6 +54,7 @@ KEYS = (
     "fp8",
     "kv_cache",
     "sdpa_fa3",
+    "pad_between_seqs",
     "context_parallel",
     "attn_implementation",
     "framework",
@@ -62,7 +63,7 @@ KEYS = (
 )
 
 # The boolean keys: in a workload file as true/false, on the command line as --KEY / --no-KEY.
-BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "sdpa_fa3")
+BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "sdpa_fa3", "pad_between_seqs")
 
 _DTYPE_ALIASES = {
     "float16": "fp16",

@@ -602,6 +602,9 @@ def _shadowed(builtin: Path, extra_files: Sequence[Path]) -> set:
     return out
 
 
+_LOADED: Dict[str, Catalogue] = {}  # per process, by cache file (whose name is the files' fingerprint)
+
+
 def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use_cache: bool = True, shadow: bool = False) -> Catalogue:
     """The built-in catalogue plus the user's --rules-dir folders, validated. With `shadow`
     (rules lint), a file in the extra folders replaces the built-in file at the same place in a
@@ -617,8 +620,12 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
         try:
             cache_dir = _cache_dir()
             cache_file = cache_dir / f"catalogue-{_fingerprint(files)}.json" if cache_dir else None
+            if cache_file is not None and str(cache_file) in _LOADED:
+                return _LOADED[str(cache_file)]  # same files, same sizes and times: this process read them already
             if cache_file and cache_file.is_file():
-                return _from_json(json.loads(cache_file.read_text(encoding="utf-8")))
+                cat = _from_json(json.loads(cache_file.read_text(encoding="utf-8")))
+                _LOADED[str(cache_file)] = cat
+                return cat
         except (OSError, ValueError, KeyError, TypeError):
             pass  # unreadable or stale cache: rebuilt below and overwritten
     frameworks: List[Framework] = []
@@ -630,6 +637,7 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
     _check_catalogue(frameworks, rules)
     cat = Catalogue(tuple(frameworks), tuple(rules))
     if cache_file is not None:
+        _LOADED[str(cache_file)] = cat
         try:
             cache_file.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
