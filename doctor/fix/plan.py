@@ -226,6 +226,7 @@ class _Planner:
         self.pool: List[Change] = []
         self.by_rule: Dict[str, List[int]] = {}
         self.evals: Dict[FrozenSet[int], Optional[_Eval]] = {}
+        self.installable_memo: Dict[Tuple[Tuple[str, str], ...], bool] = {}
         self.baseline_violations = set(self._violations(self.installed))
         self.warning_only: Dict[str, List[Change]] = {}  # warning fixes kept out of the plan (they move a package or conflict)
 
@@ -613,6 +614,20 @@ class _Planner:
                 bad.append(ch.rule_id)
         return _Eval(merged=merged, facts=facts, workload=workload, diagnosis=diag, bad=tuple(bad), cost=self.cost(merged, changes))
 
+    def installable(self, ev: _Eval) -> bool:
+        """The pins resolve over the packages' real Requires-Dist, or conflict only with torch's
+        exact cuDNN pin (the one conflict a plan may carry, with its alternative). A pin can be
+        clean for the rules and still uninstallable: TE 1.9's torch extension caps flash-attn."""
+        if not ev.merged.pins:
+            return True
+        key = tuple(sorted(ev.merged.pins.items()))
+        if key not in self.installable_memo:
+            cuda_major = _cuda_major(self, ev.merged.pins.get("torch"))
+            extras = {n: extras_for(self.rel, n, v, cuda_major) for n, v in ev.merged.pins.items()}
+            res = resolve(self.rel, self.installed, [(n, v, extras.get(n, ())) for n, v in ev.merged.pins.items()], self.python, cuda_major)
+            self.installable_memo[key] = all("nvidia-cudnn-cu" in c for c in res.conflicts)
+        return self.installable_memo[key]
+
     def evaluate(self, state: FrozenSet[int]) -> Optional[_Eval]:
         if state not in self.evals:
             self.evals[state] = self.evaluate_changes([self.pool[i] for i in sorted(state)])
@@ -634,8 +649,8 @@ class _Planner:
         best: Tuple[Tuple[Any, ...], FrozenSet[int]] = ((len(errors0 & set(ev0.bad)), len(ev0.bad), 0, ev0.cost), start)
         evaluations = 0
 
-        def finished(ev: _Eval) -> bool:  # nothing new fires and nothing left has a candidate
-            return not any(r not in targets or self.candidates(r) for r in ev.bad)
+        def finished(ev: _Eval) -> bool:  # nothing new fires, nothing left has a candidate, pip can install it
+            return not any(r not in targets or self.candidates(r) for r in ev.bad) and self.installable(ev)
 
         clean: List[Tuple[Tuple[int, ...], List[int], FrozenSet[int]]] = []  # finished plans seen
         while heap and evaluations < MAX_EVALUATIONS:
