@@ -302,6 +302,7 @@ class Workload:
     fp8_recipe: Optional[str] = None  # the recipe given to TE's autocast (FP8_RECIPES); None: not stated
     distributed: Optional[str] = None  # ddp, fsdp or deepspeed; None: not stated
     grad_accum_steps: int = 1  # gradient accumulation steps
+    xformers: bool = False  # the code turns xformers' attention on (diffusers: enable_xformers_memory_efficient_attention())
     pad_between_seqs: bool = False  # thd batches with padding between sequences (TE: cu_seqlens_*_padded != cu_seqlens_*)
     context_parallel: ContextParallel = field(default_factory=ContextParallel)
     attn_implementation: Optional[str] = None

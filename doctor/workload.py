@@ -57,6 +57,7 @@ KEYS = (
     "kv_cache",
     "sdpa_fa3",
     "pad_between_seqs",
+    "xformers",
     "fp8_recipe",
     "distributed",
     "grad_accum_steps",
@@ -68,7 +69,7 @@ KEYS = (
 )
 
 # The boolean keys: in a workload file as true/false, on the command line as --KEY / --no-KEY.
-BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "sdpa_fa3", "pad_between_seqs")
+BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "sdpa_fa3", "pad_between_seqs", "xformers")
 
 _DTYPE_ALIASES = {
     "float16": "fp16",
