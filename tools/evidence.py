@@ -481,7 +481,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--summary", action="store_true", help="offline: per package, how its version conditions stand against the lock")
     args = ap.parse_args(argv)
     if args.summary:
-        print(summary(json.loads(args.lock.read_text()) if args.lock.is_file() else {}))
+        try:
+            print(summary(json.loads(args.lock.read_text()) if args.lock.is_file() else {}), flush=True)
+        except BrokenPipeError:  # `| head`: the reader left; say nothing more
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
     try:
