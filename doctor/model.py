@@ -142,7 +142,7 @@ def te_dpa_fp8_recipe(te: str, sm: Optional[int], stated: Optional[str], framewo
                       switch: Optional[str]) -> Optional[str]:
     """The FP8 recipe TransformerEngine's attention runs with, for TE release `te`: the recipe
     given to autocast (`stated`; else Megatron's and NeMo's default, delayed, or TE's own default
-    for the GPU: MXFP8 on sm100+ from TE 2.1, but from 2.6 only where TE supports MXFP8, sm100-119,
+    for the GPU: MXFP8 on sm100+ from TE 2.0, but from 2.6 only where TE supports MXFP8, sm100-119,
     and Float8CurrentScaling on sm120+ from 2.7), then NVTE_DPA_FP8_RECIPE (`switch`), which
     TE 2.8+ reads to run attention in another recipe ("F16": not in FP8 at all; MXFP8 is switched
     from 2.15). Returns one of FP8_RECIPES, "f16", or None when the GPU is needed and unknown."""
@@ -151,7 +151,7 @@ def te_dpa_fp8_recipe(te: str, sm: Optional[int], stated: Optional[str], framewo
     if recipe is None and framework in ("megatron", "nemo"):
         recipe = "delayed"  # Megatron's --fp8-recipe default
     if recipe is None:
-        if v < (2, 1):
+        if v < (2, 0):
             recipe = "delayed"
         elif sm is None:
             return None

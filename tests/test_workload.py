@@ -163,8 +163,9 @@ def test_te_fp8_recipe_follows_the_gpu_the_release_and_the_switch() -> None:
     assert recipe("2.20.2", 90, None, None, None) == "delayed"
     assert recipe("2.20.2", 120, None, None, None) == "current"  # sm120 from 2.7
     assert recipe("2.6.0.post1", 120, None, None, None) == "delayed"  # 2.6: MXFP8 only sm100-119
-    assert recipe("2.3.0", 120, None, None, None) == "mxfp8"  # 2.1-2.5: every sm100+
-    assert recipe("1.13.0", None, None, None, None) == "delayed"  # no GPU needed before 2.1
+    assert recipe("2.3.0", 120, None, None, None) == "mxfp8"  # 2.0-2.5: every sm100+
+    assert recipe("1.13.0", None, None, None, None) == "delayed"  # no GPU needed before 2.0
+    assert recipe("2.0.0", 100, None, None, None) == "mxfp8"  # 2.0 (tag only) already defaults to MXFP8 on sm100+
     assert recipe("2.20.2", None, None, None, None) is None  # the default needs the GPU
     assert recipe("2.20.2", 100, None, "megatron", None) == "delayed"
     assert recipe("2.20.2", 100, "block", None, None) == "block"

@@ -603,6 +603,15 @@ def _shadowed(builtin: Path, extra_files: Sequence[Path]) -> set:
 
 
 _LOADED: Dict[str, Catalogue] = {}  # per process, by cache file (whose name is the files' fingerprint)
+_LOADED_MAX = 4  # a long-lived process (tests, cluster) that reads many rule folders keeps only the latest
+
+
+def _remember(key: str, cat: Catalogue) -> Catalogue:
+    _LOADED.pop(key, None)
+    while len(_LOADED) >= _LOADED_MAX:
+        _LOADED.pop(next(iter(_LOADED)))
+    _LOADED[key] = cat
+    return cat
 
 
 def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use_cache: bool = True, shadow: bool = False) -> Catalogue:
@@ -623,9 +632,7 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
             if cache_file is not None and str(cache_file) in _LOADED:
                 return _LOADED[str(cache_file)]  # same files, same sizes and times: this process read them already
             if cache_file and cache_file.is_file():
-                cat = _from_json(json.loads(cache_file.read_text(encoding="utf-8")))
-                _LOADED[str(cache_file)] = cat
-                return cat
+                return _remember(str(cache_file), _from_json(json.loads(cache_file.read_text(encoding="utf-8"))))
         except (OSError, ValueError, KeyError, TypeError):
             pass  # unreadable or stale cache: rebuilt below and overwritten
     frameworks: List[Framework] = []
@@ -637,7 +644,7 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
     _check_catalogue(frameworks, rules)
     cat = Catalogue(tuple(frameworks), tuple(rules))
     if cache_file is not None:
-        _LOADED[str(cache_file)] = cat
+        _remember(str(cache_file), cat)
         try:
             cache_file.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")

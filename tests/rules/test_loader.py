@@ -208,3 +208,17 @@ def test_lint_refuses_a_pin_to_a_version_that_was_never_released(tmp_path: Path)
     assert "torch==99.0.0 is not a release of torch" in exc.value.one_line() and f"{p}:3" in exc.value.one_line()
     p.write_text(GOOD)
     assert lint_rules([p]) == ([], 2)
+
+
+def test_a_long_lived_process_keeps_few_catalogues(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each rule folder read is kept for the next check in the same process, but only the latest
+    few: a cluster run or a test session that reads many folders does not grow without bound."""
+    from doctor.rules import loader
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for i in range(loader._LOADED_MAX + 3):
+        d = tmp_path / f"rules{i}"
+        d.mkdir()
+        (d / "r.yaml").write_text(GOOD.replace("MY-RULE", f"MY-RULE-{i}"))
+        assert load_catalogue([d], builtin=False).rule(f"MY-RULE-{i}") is not None
+    assert len(loader._LOADED) <= loader._LOADED_MAX
