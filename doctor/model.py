@@ -126,56 +126,6 @@ def driver_behind(torch_cuda: Optional[str], driver_cuda: Optional[str]) -> Opti
 FP8_RECIPES = ("delayed", "current", "mxfp8", "block", "nvfp4")  # TE recipes: DelayedScaling, Float8CurrentScaling, ...
 
 
-def _rel(version: str) -> Tuple[int, ...]:
-    out = []
-    for part in version.split("+")[0].split("."):
-        digits = "".join(ch for ch in part if ch.isdigit()) if part[:1].isdigit() else ""
-        if not digits:
-            break
-        out.append(int(digits))
-        if not part.isdigit():
-            break
-    return tuple(out)
-
-
-def te_dpa_fp8_recipe(te: str, sm: Optional[int], stated: Optional[str], framework: Optional[str],
-                      switch: Optional[str]) -> Optional[str]:
-    """The FP8 recipe TransformerEngine's attention runs with, for TE release `te`: the recipe
-    given to autocast (`stated`; else Megatron's and NeMo's default, delayed, or TE's own default
-    for the GPU: MXFP8 on sm100+ from TE 2.0, but from 2.6 only where TE supports MXFP8, sm100-119,
-    and Float8CurrentScaling on sm120+ from 2.7), then NVTE_DPA_FP8_RECIPE (`switch`), which
-    TE 2.8+ reads to run attention in another recipe ("F16": not in FP8 at all; MXFP8 is switched
-    from 2.15). Returns one of FP8_RECIPES, "f16", or None when the GPU is needed and unknown."""
-    v = _rel(te)
-    recipe = stated
-    if recipe is None and framework in ("megatron", "nemo"):
-        recipe = "delayed"  # Megatron's --fp8-recipe default
-    if recipe is None:
-        if v < (2, 0):
-            recipe = "delayed"
-        elif sm is None:
-            return None
-        elif v < (2, 6):
-            recipe = "mxfp8" if sm >= 100 else "delayed"
-        elif 100 <= sm < 120:
-            recipe = "mxfp8"
-        elif sm >= 120 and v >= (2, 7):
-            recipe = "current"
-        else:
-            recipe = "delayed"
-    if v < (2, 8) or not switch:
-        return recipe
-    if switch == "F16":
-        return "f16"
-    if switch == "DelayedScaling" and (recipe in ("current", "nvfp4") or (recipe == "mxfp8" and v >= (2, 15))):
-        return "delayed"
-    if switch == "Float8CurrentScaling" and (recipe in ("delayed", "nvfp4") or (recipe == "mxfp8" and v >= (2, 15))):
-        return "current"
-    if switch == "MXFP8BlockScaling" and v >= (2, 15) and recipe in ("delayed", "current", "nvfp4"):
-        return "mxfp8"
-    return recipe
-
-
 @dataclass(frozen=True)
 class GpuInfo:
     index: int

@@ -157,7 +157,7 @@ def test_every_boolean_key_is_a_workload_key_and_a_flag(tmp_path: Path, key: str
 def test_te_fp8_recipe_follows_the_gpu_the_release_and_the_switch() -> None:
     """The recipe TE's attention runs with: stated, else TE's default for the GPU and release,
     then NVTE_DPA_FP8_RECIPE (read from TE 2.8; MXFP8 is switched from 2.15)."""
-    from doctor.model import te_dpa_fp8_recipe as recipe
+    from doctor.rules.conditions import te_dpa_fp8_recipe as recipe
 
     assert recipe("2.20.2", 100, None, None, None) == "mxfp8"  # B200: MXFP8 by default
     assert recipe("2.20.2", 90, None, None, None) == "delayed"
