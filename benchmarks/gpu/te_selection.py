@@ -7,6 +7,9 @@
         odd and MLA pairs, heads and GQA, lengths, masks, windows, dropout, training,
         determinism, batch), for asking torch alone (`--libraries torch`)
     (device) python kernels/ask.py --libraries te,torch --input OUT.json > ANSWERS.jsonl
+    python benchmarks/gpu/te_selection.py fa2-matrix N SEED OUT.json
+        the same for flash-attn 2's own arguments (softcap, ALiBi, packed sequences), for
+        benchmarks/gpu/fa2_ask.py, which calls its kernels on the GPU
     python benchmarks/gpu/te_selection.py compare SNAPSHOT.json ANSWERS.jsonl OUT_PREFIX
         runs the doctor's diagnosis for each workload on the device's own snapshot
         (`python -m doctor probe --format json` there) and writes OUT_PREFIX.json and .md
@@ -120,6 +123,35 @@ def matrix(n: int, seed: int) -> List[Dict[str, Any]]:
     return out
 
 
+# flash-attn 2's own arguments on top (benchmarks/gpu/fa2_ask.py calls its kernels)
+FA2_MATRIX: Dict[str, List[Any]] = dict(
+    MATRIX,
+    mask=["no_mask", "causal", "causal"],
+    window_size=[None, None, None, [128, 0], [128, 128]],
+    softcap=[0.0, 0.0, 0.0, 30.0],
+    alibi=[False, False, False, True],
+    varlen=[False, False, False, True],
+)
+
+
+def fa2_matrix(n: int, seed: int) -> List[Dict[str, Any]]:
+    """`n` random workloads over FA2_MATRIX, for asking flash-attn 2 (fa2_ask.py)."""
+    import random
+
+    rng = random.Random(seed)
+    out: List[Dict[str, Any]] = []
+    while len(out) < n:
+        pick = {k: vals[rng.randrange(len(vals))] for k, vals in FA2_MATRIX.items()}
+        (h, hkv), (dqk, dv), (sq, skv) = pick.pop("heads"), pick.pop("head_dims"), pick.pop("seqs")
+        w = dict(BASE, num_heads=h, num_kv_heads=hkv, head_dim_qk=dqk, head_dim_v=dv,
+                 seq_len_q=sq, seq_len_kv=skv, **pick)
+        if w["varlen"]:
+            w["qkv_format"] = "thd"
+            w["mask"] = "padding_causal" if w["mask"] == "causal" else "padding"
+        out.append({"name": f"f{len(out):04d}", **w})
+    return out
+
+
 def _workload(d: Dict[str, Any]) -> Any:
     from doctor.model import ContextParallel, Workload
 
@@ -167,7 +199,8 @@ def compare(snapshot: Path, answers: Path, prefix: Path) -> Dict[str, Any]:
         w = _workload(item["workload"])
         d = diagnose(cat, facts, w)
         for ans in item["answers"]:
-            fw = {"transformer-engine": "transformer-engine", "torch": "torch-sdpa"}[ans["library"]]
+            fw = {"transformer-engine": "transformer-engine", "torch": "torch-sdpa",
+                  "flash-attn": "flash-attn"}[ans["library"]]
             mine = [b for b in d.backends if b.framework == fw]
             predicted = next((b.id for b in mine if b.selected), None)
             avail = {b.id: b.available for b in mine}
@@ -223,6 +256,11 @@ def main(argv: List[str]) -> int:
         return 0
     if argv[:1] == ["matrix"]:
         ws = matrix(int(argv[1]), int(argv[2]))
+        Path(argv[3]).write_text(json.dumps({"workloads": ws}, indent=1) + "\n")
+        print(f"{len(ws)} workloads -> {argv[3]}")
+        return 0
+    if argv[:1] == ["fa2-matrix"]:
+        ws = fa2_matrix(int(argv[1]), int(argv[2]))
         Path(argv[3]).write_text(json.dumps({"workloads": ws}, indent=1) + "\n")
         print(f"{len(ws)} workloads -> {argv[3]}")
         return 0
