@@ -227,6 +227,10 @@ class _Planner:
         self.by_rule: Dict[str, List[int]] = {}
         self.evals: Dict[FrozenSet[int], Optional[_Eval]] = {}
         self.installable_memo: Dict[Tuple[Tuple[str, str], ...], bool] = {}
+        # facts and workload as a merged set of changes leaves them, and their diagnosis (None:
+        # the pins break an installed release's requirements); two sets of candidates that
+        # merge to the same pins, env and workload are checked once
+        self.applied: Dict[Tuple[Any, ...], Tuple[Facts, Workload, Optional[Diagnosis]]] = {}
         self.baseline_violations = set(self._violations(self.installed))
         self.warning_only: Dict[str, List[Change]] = {}  # warning fixes kept out of the plan (they move a package or conflict)
 
@@ -601,10 +605,14 @@ class _Planner:
         merged = self.merge(changes)
         if merged is None:
             return None
-        facts, workload = self._apply(merged)
-        if set(self._violations(dict(facts.packages or {}))) - self.baseline_violations:
+        key = (tuple(merged.pins.items()), tuple(merged.env.items()), repr(merged.workload))
+        if key not in self.applied:
+            facts, workload = self._apply(merged)
+            broken = set(self._violations(dict(facts.packages or {}))) - self.baseline_violations
+            self.applied[key] = (facts, workload, None if broken else diagnose(self.cat, facts, workload))
+        facts, workload, diag = self.applied[key]
+        if diag is None:
             return None
-        diag = diagnose(self.cat, facts, workload)
         bad = _fired_bad(diag)
         # Cleared means evaluated and false (as in doctor.rules.evaluate.fix_clears): a change
         # that only makes a target undecidable has not fixed it.
