@@ -15,7 +15,8 @@
     result       a frozen FixPlan: pins, env, config, what stays unresolved, the flash-attn
                  wheel to install, conflicts pip will report, alternatives, and steps.
 
-Pure: no I/O, no printing. `doctor.fix.pinfile` writes the pins; doctor/report/fix_*.py render.
+Pure: no I/O, no printing. A process that plans the same inputs twice (`check` then `fix` in one
+process, as the tests do) gets the plan it computed the first time (the last few are kept). `doctor.fix.pinfile` writes the pins; doctor/report/fix_*.py render.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
@@ -851,6 +853,13 @@ def _alternatives(planner: _Planner, chosen: FrozenSet[int]) -> List[Alternative
     return out
 
 
+# Plans this process computed, by their inputs: the catalogues by identity (each entry holds them,
+# so an id is not reused while it is kept) and the facts, workload and diagnosis by value (their
+# reprs spell out every field). Planning is pure, so an equal input gets an equal plan.
+_PLANS: "OrderedDict[Tuple[Any, ...], Tuple[ReleaseCatalogue, Catalogue, FixPlan]]" = OrderedDict()
+_PLANS_MAX = 8
+
+
 def plan_fixes(
     rel: ReleaseCatalogue,
     cat: Catalogue,
@@ -860,6 +869,19 @@ def plan_fixes(
 ) -> FixPlan:
     """The least change that clears every fired error and warning finding it can, verified by
     re-running every rule with the plan assumed."""
+    key = (id(rel), id(cat), repr(facts), repr(workload), None if diagnosis is None else repr(diagnosis))
+    kept = _PLANS.get(key)
+    if kept is not None and kept[0] is rel and kept[1] is cat:
+        _PLANS.move_to_end(key)
+        return kept[2]
+    plan = _plan(rel, cat, facts, workload, diagnosis)
+    _PLANS[key] = (rel, cat, plan)
+    while len(_PLANS) > _PLANS_MAX:
+        _PLANS.popitem(last=False)
+    return plan
+
+
+def _plan(rel: ReleaseCatalogue, cat: Catalogue, facts: Facts, workload: Workload, diagnosis: Optional[Diagnosis]) -> FixPlan:
     before = diagnosis or diagnose(cat, facts, workload)
     planner = _Planner(rel, cat, facts, workload, before)
     targets = tuple(f for f in before.findings if f.status == "fired" and f.severity in TARGET_SEVERITIES)
