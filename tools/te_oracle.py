@@ -96,10 +96,39 @@ def cache_dir(explicit: Optional[str]) -> Path:
     return Path(base) / "attn-doctor" / "te-oracle"
 
 
-def fetch_release(version: str, cache: Path) -> Path:
-    """The extracted wheel of one TE release (downloaded once, then reused)."""
+# Releases with no wheel on PyPI: TE 2.0 was never published there, and TE <= 1.8 shipped no
+# pure-Python wheel. Their Python is taken from the release tag in a git mirror of
+# NVIDIA/TransformerEngine (`git archive vX.Y transformer_engine`: the same files a wheel holds).
+NO_WHEEL = frozenset({"2.0.0", "1.8.0", "1.7.0", "1.6.0", "1.5.0", "1.4.0", "1.3.0", "1.2.1", "1.2.0", "1.1.0", "1.0.0"})
+DEFAULT_MIRROR = "/work/.mirror/NVIDIA+TransformerEngine/repo"
+
+
+def release_tag(version: str, mirror: str) -> str:
+    """The git tag of a release: v2.0 for 2.0.0, v1.2.1 for 1.2.1 (checked against VERSION.txt)."""
+    parts = version.split(".")
+    candidates = [f"v{version}", f"v{'.'.join(parts[:2])}"] if parts[2:] == ["0"] else [f"v{version}"]
+    for tag in candidates:
+        got = subprocess.run(["git", "-C", mirror, "show", f"{tag}:build_tools/VERSION.txt"], capture_output=True, text=True)
+        if got.returncode == 0 and got.stdout.strip().split("dev")[0].rstrip(".") == version:
+            return tag
+    raise SystemExit(f"te_oracle: no tag for TE {version} in the mirror {mirror} (tried {', '.join(candidates)})")
+
+
+def fetch_release(version: str, cache: Path, mirror: Optional[str] = None) -> Path:
+    """The extracted Python of one TE release: its wheel from PyPI, or (for the releases in
+    NO_WHEEL) its tag in the git mirror; extracted once, then reused."""
     root = cache / "extracted" / version
     if (root / "transformer_engine" / "pytorch").is_dir():
+        return root
+    tmp = root.with_name(root.name + ".tmp")
+    if version in NO_WHEEL:
+        mirror = mirror or DEFAULT_MIRROR
+        tag = release_tag(version, mirror)
+        tmp.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", mirror, "archive", tag, "transformer_engine"], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive.stdout, check=True)
+        (tmp / "SOURCE").write_text(f"git tag {tag} of NVIDIA/TransformerEngine\n", encoding="utf-8")
+        tmp.rename(root)
         return root
     wheels = cache / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
@@ -112,7 +141,6 @@ def fetch_release(version: str, cache: Path) -> Path:
         found = sorted(wheels.glob(f"transformer_engine-{version}-*.whl"))
     if not found:
         raise SystemExit(f"te_oracle: no wheel for transformer-engine=={version} in {wheels}")
-    tmp = root.with_name(root.name + ".tmp")
     with zipfile.ZipFile(found[0]) as z:
         z.extractall(tmp)
     tmp.rename(root)
@@ -346,6 +374,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--per-version", type=int, default=220, help="draws per release; each runs twice (C++ verdict both ways)")
     ap.add_argument("--seed", type=int, default=20261122)
     ap.add_argument("--cache", help="wheel cache (default: $XDG_CACHE_HOME/attn-doctor/te-oracle)")
+    ap.add_argument("--te-mirror", default=DEFAULT_MIRROR, help="git mirror of NVIDIA/TransformerEngine, for the "
+                    "releases with no wheel on PyPI (2.0, <= 1.8): their Python is taken from the release tag")
     ap.add_argument("--python", default=sys.executable, help="interpreter for the TE workers (needs torch, numpy, pydantic)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--max-disagreements", type=int, default=400, help="how many disagreements to list in full")
@@ -361,7 +391,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
         versions = args.versions.split(",") if args.versions else list(DEFAULT_VERSIONS)
         cache = cache_dir(args.cache)
-        roots = {v: fetch_release(v, cache) for v in versions}
+        roots = {v: fetch_release(v, cache, args.te_mirror) for v in versions}
         cases = {v: generate(v, args.per_version, args.seed) for v in versions}
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             futures = {v: pool.submit(run_te, v, roots[v], cases[v], args.python) for v in versions}
