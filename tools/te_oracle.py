@@ -108,9 +108,10 @@ def release_tag(version: str, mirror: str) -> str:
     parts = version.split(".")
     candidates = [f"v{version}", f"v{'.'.join(parts[:2])}"] if parts[2:] == ["0"] else [f"v{version}"]
     for tag in candidates:
-        got = subprocess.run(["git", "-C", mirror, "show", f"{tag}:build_tools/VERSION.txt"], capture_output=True, text=True)
-        if got.returncode == 0 and got.stdout.strip().split("dev")[0].rstrip(".") == version:
-            return tag
+        for vfile in ("build_tools/VERSION.txt", "VERSION"):  # VERSION up to 1.8
+            got = subprocess.run(["git", "-C", mirror, "show", f"{tag}:{vfile}"], capture_output=True, text=True)
+            if got.returncode == 0 and got.stdout.strip().split("dev")[0].rstrip(".") == version:
+                return tag
     raise SystemExit(f"te_oracle: no tag for TE {version} in the mirror {mirror} (tried {', '.join(candidates)})")
 
 
@@ -173,6 +174,16 @@ FLASH_SETS: Tuple[Dict[str, str], ...] = (
     {"flash-attn": "2.8.3", "flash-attn-3": "3.0.0b1", "flash-attn-4": "4.0.0b11"},
     {"flash-attn": "2.7.4.post1", "flashattn-hopper": "3.0.0b1"},
 )
+# TE <= 1.8 build FlashAttention in DotProductAttention.__init__ and assert there that flash-attn
+# is inside their window (2.0.6 ..; 1.7-1.8: .. 2.5.8): most of their draws take one inside it.
+LEGACY_FLASH_SETS: Tuple[Dict[str, str], ...] = (
+    {"flash-attn": "2.0.9"},
+    {"flash-attn": "2.2.5"},
+    {"flash-attn": "2.3.6"},
+    {"flash-attn": "2.4.2"},
+    {"flash-attn": "2.5.6"},
+    {"flash-attn": "2.5.8"},
+)
 # FA3 runs only on Hopper (sm90+ before TE 2.2): draws with FA3 installed mostly take sm90
 SMS_WITH_FA3 = (90, 90, 90, 80, 100)
 ENVS: Tuple[Dict[str, str], ...] = (
@@ -208,6 +219,8 @@ def generate(version: str, n: int, seed: int) -> List[Dict[str, Any]]:
     minor = int(version.split(".")[1])
     while len(out) < 2 * n:
         flash = dict(_pick(rng, FLASH_SETS))
+        if (major, minor) <= (1, 8) and rng.random() < 0.8:
+            flash = dict(_pick(rng, LEGACY_FLASH_SETS))  # mostly inside TE 1.x's flash-attn window
         if "flash-attn-4" in flash and rng.random() < 0.85:
             flash["nvidia-cutlass-dsl"] = "4.6.2"  # FA4's own dependency; TE >= 2.19 checks it
         if (major, minor) <= (1, 11) and "flash-attn" not in flash:
@@ -296,6 +309,9 @@ class DoctorModel:
             raise SystemExit(f"te_oracle: classify these te.fused rules (C++ or Python): {unknown}")
         frameworks = tuple(f for f in cat.frameworks if f.id == "transformer-engine")
         python_side = [r for r in te_rules if r.id not in CPP_RULES]
+        # TE's asserts are error findings in the doctor: a case where TE <= 1.8 raises agrees
+        # when the doctor selects no TE backend or reports such an error
+        python_side += [r for r in cat.rules if not r.disables and r.area == "transformer-engine" and r.severity == "error"]
         injected = Rule(
             id="ORACLE-CPP-NO-BACKEND",
             title="injected",
@@ -317,7 +333,8 @@ class DoctorModel:
         d = diagnose(self.catalogue, facts, workload)
         avail = {b.id: b.available for b in d.backends}
         rules = {b.id: list(b.rule_ids) for b in d.backends}
-        return {"available": avail, "selected": dict(d.selections).get("transformer-engine"), "rules": rules}
+        errors = [f.rule_id for f in d.findings if f.severity == "error" and f.status == "fired"]
+        return {"available": avail, "selected": dict(d.selections).get("transformer-engine"), "rules": rules, "errors": errors}
 
 
 def _python_rule(rule: Any) -> bool:
@@ -355,12 +372,23 @@ def doctor_case(case: Dict[str, Any]) -> Dict[str, Any]:
 
 def compare(te: Dict[str, Any], doc: Dict[str, Any]) -> Optional[str]:
     """None when they agree, else what differs."""
+    if te["status"] == "construct_error" and te.get("mode") == "forward" and "FlashAttention" not in te["error"]:
+        # TE <= 1.8 refuse the inputs when DotProductAttention is built (e.g. a window that
+        # contradicts a causal mask): nothing runs, so the doctor must not select a backend
+        return None if doc["selected"] is None or doc.get("errors") else f"TE raises at construction ({te['error']}); doctor selects {doc['selected']}"
     if te["status"] == "construct_error":
         # TE 1.9-1.11 assert when DotProductAttention builds FlashAttention: the doctor must
         # at least say FlashAttention cannot be used.
         return None if doc["available"].get("te.flash") is False else "TE raises at construction; doctor has te.flash usable"
+    if te["status"] == "raised" and te.get("mode") == "forward":
+        # TE <= 1.8 (DotProductAttention.forward run on the CPU): TE refuses the inputs (an
+        # assert, or no backend left); the doctor must not select a TE backend either.
+        return None if doc["selected"] is None or doc.get("errors") else f"TE raises ({te.get('error')}); doctor selects {doc['selected']}"
     if te["status"] != "ok":
         return f"TE {te['status']}: {te.get('error')}"
+    if te.get("available") is None:
+        # TE <= 1.8: only the backend forward called is observable, not each one's availability
+        return None if te["selected"] == doc["selected"] else f"selected: TE {te['selected']} doctor {doc['selected']}"
     diffs = [f"{b}: TE {te['available'][b]} doctor {doc['available'].get(b)}" for b in BACKENDS if te["available"][b] != doc["available"].get(b)]
     if te["selected"] != doc["selected"]:
         diffs.append(f"selected: TE {te['selected']} doctor {doc['selected']}")
