@@ -49,6 +49,10 @@ DEFAULT_VERSIONS = (
     "2.14.1", "2.15.0", "2.16.1", "2.17.1", "2.18.0", "2.19.0", "2.20.2",
 )  # fmt: skip
 
+# Releases with no wheel, run from their tags (TE 2.0 through get_attention_backend; TE <= 1.8,
+# which decide inline, through DotProductAttention.forward): the newest patch of each minor.
+TAG_VERSIONS = ("1.0.0", "1.1.0", "1.2.1", "1.3.0", "1.4.0", "1.5.0", "1.6.0", "1.7.0", "1.8.0", "2.0.0")
+
 # Doctor rules that model the C++ function nvte_get_fused_attn_backend (fused_attn.cpp):
 # on the oracle's side that decision is injected, so these are set aside when comparing.
 CPP_RULES = frozenset(
@@ -398,7 +402,8 @@ def compare(te: Dict[str, Any], doc: Dict[str, Any]) -> Optional[str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="where to write the JSON result")
-    ap.add_argument("--versions", help="comma-separated TE releases (default: 1.9 .. 2.20, newest patch each)")
+    ap.add_argument("--versions", help="comma-separated TE releases (default: 1.9 .. 2.20, newest patch each; "
+                    "'tags' for the releases run from git tags, 1.0 .. 1.8 and 2.0; 'all' for both)")
     ap.add_argument("--per-version", type=int, default=220, help="draws per release; each runs twice (C++ verdict both ways)")
     ap.add_argument("--seed", type=int, default=20261122)
     ap.add_argument("--cache", help="wheel cache (default: $XDG_CACHE_HOME/attn-doctor/te-oracle)")
@@ -417,7 +422,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cases, te_answers = load_cases(Path(args.replay))
         versions = list(cases)
     else:
-        versions = args.versions.split(",") if args.versions else list(DEFAULT_VERSIONS)
+        named = {"tags": list(TAG_VERSIONS), "all": sorted(DEFAULT_VERSIONS + TAG_VERSIONS, key=_vkey)}
+        versions = named.get(args.versions or "", args.versions.split(",") if args.versions else list(DEFAULT_VERSIONS))
         cache = cache_dir(args.cache)
         roots = {v: fetch_release(v, cache, args.te_mirror) for v in versions}
         cases = {v: generate(v, args.per_version, args.seed) for v in versions}
@@ -521,6 +527,10 @@ def load_cases(path: Path) -> Tuple[Dict[str, List[Dict[str, Any]]], Dict[str, L
         cases.setdefault(v, []).append(rec["case"])
         answers.setdefault(v, []).append(rec["te"])
     return cases, answers
+
+
+def _vkey(version: str) -> Tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version))
 
 
 def diff_kind(diff: str) -> str:

@@ -546,8 +546,6 @@ class Release:
         STATE["fused"] = case["fused_cpp"]
         saved = dict(os.environ)
         os.environ.update(case["env"])
-        if case["deterministic"]:
-            os.environ["NVTE_ALLOW_NONDETERMINISTIC_ALGO"] = "0"  # how TE 1.x is told
         del self.reasons[:]
         fmt, mask = case["qkv_format"], case["mask"]
         cp_group = object() if case["cp_size"] > 1 else None
@@ -557,10 +555,15 @@ class Release:
         if "window_size" in init_params and case.get("window_size") is not None:
             kw["window_size"] = tuple(case["window_size"])
         try:
+            # deterministic training as the user asks for it: torch.use_deterministic_algorithms
+            # (TE 1.5-1.8 read it in __init__; 1.2-1.4 read only NVTE_ALLOW_NONDETERMINISTIC_ALGO)
+            torch.use_deterministic_algorithms(bool(case["deterministic"]))
             try:
                 dpa = mod.DotProductAttention(case["num_heads"], case["head_dim_qk"], **kw)
             except AssertionError as exc:
                 return {"status": "construct_error", "error": f"AssertionError: {exc}"[:300], "mode": "forward"}
+            finally:
+                torch.use_deterministic_algorithms(False)
             dpa.cp_group = cp_group
             dpa.train(case["training"])
             for attr, name in (("flash_attention", "te.flash"), ("fused_attention", "te.fused"), ("unfused_attention", "te.unfused")):
