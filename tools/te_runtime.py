@@ -399,6 +399,7 @@ class Release:
         # TE <= 1.8 has no get_attention_backend: its choice is made inline in
         # DotProductAttention.forward, which the oracle runs on CPU tensors (see run_forward).
         self.legacy = "def get_attention_backend(" not in src
+        self.fp8_attention = "fp8_dpa" in src
         if self.legacy:
             sys.meta_path.insert(0, _NoCudaFinder({self.selection: os.path.join(root, *self.selection.split(".")) + ".py"}))
         self.recipe_mod = importlib.import_module("transformer_engine.common.recipe")
@@ -544,12 +545,20 @@ class Release:
             return {"status": "not_applicable", "error": "this release has no ALiBi"}
         STATE["cudnn"] = case["cudnn_int"]
         STATE["fused"] = case["fused_cpp"]
+        if STATE["fused"] == "fp8" and not self.fp8_attention:
+            # TE <= 1.7 have no FP8 attention: q/k/v reach cuDNN in BF16, so its "supported"
+            # verdict is the F16 arbitrary-seqlen sub-backend
+            STATE["fused"] = "arbitrary"
         saved = dict(os.environ)
         os.environ.update(case["env"])
         del self.reasons[:]
         fmt, mask = case["qkv_format"], case["mask"]
         cp_group = object() if case["cp_size"] > 1 else None
         mod.get_distributed_world_size = lambda group=None: case["cp_size"] if group is cp_group and group is not None else 1
+        # get_alibi builds the ALiBi slopes on the GPU for the chosen backend's arguments, after
+        # the choice is made (no slopes are passed here, so the fused branch never needs it)
+        if hasattr(mod, "get_alibi"):
+            mod.get_alibi = lambda *a, **k: (None, None)
         kw: Dict[str, Any] = dict(num_gqa_groups=case["num_kv_heads"], attention_dropout=case["dropout"],
                                   qkv_format=fmt, attn_mask_type=mask)
         if "window_size" in init_params and case.get("window_size") is not None:
