@@ -15,11 +15,19 @@ model that C++ function (CPP_RULES) are set aside on the doctor's side, and the 
 sweep adds one rule that switches FusedAttention off, so each side answers the same question:
 given this C++ verdict, what do TE's Python filters and preference order make of it.
 
+Releases with no wheel on PyPI (TE 2.0, TE <= 1.8) are taken from their tag in a git mirror
+of NVIDIA/TransformerEngine (--te-mirror; `--versions tags`). TE 2.0 runs through
+get_attention_backend like the wheels; TE <= 1.8, which decide inline, run
+DotProductAttention.forward with the three backends replaced by recorders
+(te_runtime.Release.run_forward): there only the backend TE called, or the error it raised,
+is compared.
+
 Usage (a Python with torch, numpy, pydantic, einops, pyyaml and packaging; see
 docs/te-oracle/README.md):
 
     python tools/te_oracle.py --out te-oracle.json
     python tools/te_oracle.py --out subset.json --versions 2.3.0,2.18.0 --per-version 200
+    python tools/te_oracle.py --out tags.json --versions tags --te-mirror PATH/TO/TransformerEngine.git
 
 Writes {"cases": N, "agree": M, "by_version": {...}, "disagreements": [...], ...}.
 """
