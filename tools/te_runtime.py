@@ -264,7 +264,7 @@ class _NoCudaAsserts(importlib.machinery.SourceFileLoader):
     in `DotProductAttention.forward` before it selects a backend, and the oracle's tensors live
     on the CPU. Only the compiled code changes; TE's files on disk are not touched."""
 
-    def source_to_code(self, data, path, *, _optimize=-1):  # type: ignore[no-untyped-def,override]
+    def source_to_code(self, data, path, *, _optimize=-1):  # type: ignore[no-untyped-def]
         import ast
 
         class _IsCuda(ast.NodeTransformer):
@@ -328,9 +328,8 @@ class Release:
         tex.__all__ = _extension_names(os.path.join(root, "transformer_engine"))  # type: ignore[attr-defined]
         sys.modules["transformer_engine_torch"] = tex
         sys.modules["transformer_engine_extensions"] = tex  # the extension's name up to TE 1.7
-        try:  # TE <= 1.6 take `packaging` from setuptools' pkg_resources (gone from new setuptools)
-            import pkg_resources  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec("pkg_resources") is None:
+            # TE <= 1.6 take `packaging` from setuptools' pkg_resources (gone from new setuptools)
             import packaging.version
 
             shim = types.ModuleType("pkg_resources")
