@@ -16,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "docs" / "gpu-runs" / "2026-11-22-h100-te-fa"
 MATRIX = ROOT / "docs" / "gpu-runs" / "2026-11-22-h100-sdpa-matrix"
+FA2_MATRIX = ROOT / "docs" / "gpu-runs" / "2026-11-22-h100-fa2-matrix"
 
 
 def _selection() -> Any:
@@ -43,6 +44,21 @@ def test_torch_sdpa_filters_agree_with_torch_on_the_2000_workload_matrix(tmp_pat
            if r["verdict"] != "confirmed" or r["mismatches"]]
     assert bad[:5] == []
     assert torch["availability_agree"] == torch["availability_pairs"] == 8000
+
+
+def test_flash_attn_2_kernels_agree_with_the_doctor_on_the_1500_workload_matrix(tmp_path: Path) -> None:
+    """flash-attn 2.8.3.post2's real kernels (forward, and backward in training) on an H100 for
+    1,500 random workloads (dtype, head dims, GQA, masks, windows, softcap, ALiBi, dropout,
+    packed sequences, determinism): where the call ran, the doctor must call FA2 available, and
+    where it raised, unavailable."""
+    out = _selection().compare(FA2_MATRIX / "probe.json", FA2_MATRIX / "answers.jsonl", tmp_path / "cmp")
+    fa = out["libraries"]["flash-attn"]
+    assert fa["workloads"] == 1500
+    bad = [(r["name"], r["library_pick"], r["doctor_pick"], r["mismatches"]) for r in out["rows"]
+           if r["verdict"] != "confirmed" or r["mismatches"]]
+    assert bad[:5] == []
+    refused = sum(1 for r in out["rows"] if r["library_pick"] is None)
+    assert 0 < refused < 1500  # both kinds of answer are in the run
 
 
 def test_transformer_engine_selection_and_availability_agree_on_every_workload(result: Any) -> None:
