@@ -123,6 +123,16 @@ def driver_behind(torch_cuda: Optional[str], driver_cuda: Optional[str]) -> Opti
     return "no"
 
 
+# The distributions a TransformerEngine for PyTorch is installed as (the meta package, the PyTorch
+# extension, the core library per CUDA major); transformer-engine-jax is not one of them.
+TE_DISTS = ("transformer-engine", "transformer-engine-torch", "transformer-engine-cu12", "transformer-engine-cu13")
+
+
+def installed_te(packages: Mapping[str, str]) -> Optional[str]:
+    """The installed TransformerEngine version, read from the first of TE_DISTS present."""
+    return next((packages[d] for d in TE_DISTS if packages.get(d)), None)
+
+
 FP8_RECIPES = ("delayed", "current", "mxfp8", "block", "nvfp4")  # TE recipes: DelayedScaling, Float8CurrentScaling, ...
 
 

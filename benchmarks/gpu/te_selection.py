@@ -2,7 +2,14 @@
 
     python benchmarks/gpu/te_selection.py workloads OUT.json
         the workload grid (default profile plus one- and two-factor variations)
+    python benchmarks/gpu/te_selection.py matrix N SEED OUT.json
+        N random draws over the factors torch SDPA's filters read (dtype, head dims incl.
+        odd and MLA pairs, heads and GQA, lengths, masks, windows, dropout, training,
+        determinism, batch), for asking torch alone (`--libraries torch`)
     (device) python kernels/ask.py --libraries te,torch --input OUT.json > ANSWERS.jsonl
+    python benchmarks/gpu/te_selection.py fa2-matrix N SEED OUT.json
+        the same for flash-attn 2's own arguments (softcap, ALiBi, packed sequences), for
+        benchmarks/gpu/fa2_ask.py, which calls its kernels on the GPU
     python benchmarks/gpu/te_selection.py compare SNAPSHOT.json ANSWERS.jsonl OUT_PREFIX
         runs the doctor's diagnosis for each workload on the device's own snapshot
         (`python -m doctor probe --format json` there) and writes OUT_PREFIX.json and .md
@@ -80,6 +87,71 @@ def workloads() -> List[Dict[str, Any]]:
     return [{"name": _name(v), **BASE, **v} for v in VARIATIONS]
 
 
+# The factors SDPA's C++ filters read (sdp_utils.cpp): each draw takes one value of each.
+MATRIX: Dict[str, List[Any]] = {
+    "dtype": ["bf16", "bf16", "fp16", "fp32"],
+    "heads": [(32, 32), (32, 8), (32, 1), (16, 16), (12, 4), (8, 2), (40, 8), (7, 7)],
+    "head_dims": [(64, 64), (128, 128), (128, 128), (80, 80), (96, 96), (256, 256), (192, 128),
+                  (192, 192), (72, 72), (100, 100), (8, 8), (16, 16), (40, 40), (112, 112),
+                  (160, 160), (320, 320), (512, 512), (128, 64), (64, 128), (576, 512), (4, 4),
+                  (24, 24), (200, 200), (264, 264), (136, 136)],
+    "seqs": [(4096, 4096), (1024, 1024), (512, 512), (128, 128), (100, 100), (1, 1), (1, 4096),
+             (17, 17), (4095, 4095), (2048, 1024), (128, 384), (8192, 8192)],
+    "mask": ["no_mask", "causal", "causal", "arbitrary", "causal_bottom_right"],
+    "window_size": [None, None, None, None, [128, 0]],
+    "dropout": [0.0, 0.0, 0.1],
+    "training": [True, True, False],
+    "deterministic": [False, False, False, True],
+    "batch_size": [1, 2, 8],
+}
+
+
+def matrix(n: int, seed: int) -> List[Dict[str, Any]]:
+    """`n` random workloads over MATRIX (names say the draw), for asking torch alone."""
+    import random
+
+    rng = random.Random(seed)
+    out: List[Dict[str, Any]] = []
+    while len(out) < n:
+        pick = {k: vals[rng.randrange(len(vals))] for k, vals in MATRIX.items()}
+        (h, hkv), (dqk, dv), (sq, skv) = pick.pop("heads"), pick.pop("head_dims"), pick.pop("seqs")
+        if pick["mask"] == "causal_bottom_right" and sq != skv:
+            continue  # CausalBias's own dispatch, not _fused_sdp_choice (not_comparable)
+        w = dict(BASE, num_heads=h, num_kv_heads=hkv, head_dim_qk=dqk, head_dim_v=dv,
+                 seq_len_q=sq, seq_len_kv=skv, **pick)
+        out.append({"name": f"m{len(out):04d}", **w})
+    return out
+
+
+# flash-attn 2's own arguments on top (benchmarks/gpu/fa2_ask.py calls its kernels)
+FA2_MATRIX: Dict[str, List[Any]] = dict(
+    MATRIX,
+    mask=["no_mask", "causal", "causal"],
+    window_size=[None, None, None, [128, 0], [128, 128]],
+    softcap=[0.0, 0.0, 0.0, 30.0],
+    alibi=[False, False, False, True],
+    varlen=[False, False, False, True],
+)
+
+
+def fa2_matrix(n: int, seed: int) -> List[Dict[str, Any]]:
+    """`n` random workloads over FA2_MATRIX, for asking flash-attn 2 (fa2_ask.py)."""
+    import random
+
+    rng = random.Random(seed)
+    out: List[Dict[str, Any]] = []
+    while len(out) < n:
+        pick = {k: vals[rng.randrange(len(vals))] for k, vals in FA2_MATRIX.items()}
+        (h, hkv), (dqk, dv), (sq, skv) = pick.pop("heads"), pick.pop("head_dims"), pick.pop("seqs")
+        w = dict(BASE, num_heads=h, num_kv_heads=hkv, head_dim_qk=dqk, head_dim_v=dv,
+                 seq_len_q=sq, seq_len_kv=skv, **pick)
+        if w["varlen"]:
+            w["qkv_format"] = "thd"
+            w["mask"] = "padding_causal" if w["mask"] == "causal" else "padding"
+        out.append({"name": f"f{len(out):04d}", **w})
+    return out
+
+
 def _workload(d: Dict[str, Any]) -> Any:
     from doctor.model import ContextParallel, Workload
 
@@ -127,7 +199,8 @@ def compare(snapshot: Path, answers: Path, prefix: Path) -> Dict[str, Any]:
         w = _workload(item["workload"])
         d = diagnose(cat, facts, w)
         for ans in item["answers"]:
-            fw = {"transformer-engine": "transformer-engine", "torch": "torch-sdpa"}[ans["library"]]
+            fw = {"transformer-engine": "transformer-engine", "torch": "torch-sdpa",
+                  "flash-attn": "flash-attn"}[ans["library"]]
             mine = [b for b in d.backends if b.framework == fw]
             predicted = next((b.id for b in mine if b.selected), None)
             avail = {b.id: b.available for b in mine}
@@ -180,6 +253,16 @@ def main(argv: List[str]) -> int:
     if argv[:1] == ["workloads"]:
         Path(argv[1]).write_text(json.dumps({"workloads": workloads()}, indent=1) + "\n")
         print(f"{len(workloads())} workloads -> {argv[1]}")
+        return 0
+    if argv[:1] == ["matrix"]:
+        ws = matrix(int(argv[1]), int(argv[2]))
+        Path(argv[3]).write_text(json.dumps({"workloads": ws}, indent=1) + "\n")
+        print(f"{len(ws)} workloads -> {argv[3]}")
+        return 0
+    if argv[:1] == ["fa2-matrix"]:
+        ws = fa2_matrix(int(argv[1]), int(argv[2]))
+        Path(argv[3]).write_text(json.dumps({"workloads": ws}, indent=1) + "\n")
+        print(f"{len(ws)} workloads -> {argv[3]}")
         return 0
     if argv[:1] == ["compare"]:
         out = compare(Path(argv[1]), Path(argv[2]), Path(argv[3]))

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Mapping, Optional, Tuple
 
 from doctor.model import CALL_PATH_FIELDS as FIELDS
-from doctor.model import CallPath, Facts, Workload
+from doctor.model import CallPath, Facts, Workload, installed_te
 from doctor.releases.model_support import model_supports
 
 # Installed distributions that dispatch attention themselves, most specific first: when
@@ -83,10 +83,10 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
                 inferred.append("attention")
         library = LIBRARY_OF_IMPL.get(attention or "")
     elif framework in ("megatron", "nemo"):
-        te = any(d.startswith("transformer-engine") for d in packages)
+        te = installed_te(packages) is not None
         library = "transformer-engine" if te else "torch-sdpa"
         inferred.append("library")
-    elif framework is None and any(d.startswith("transformer-engine") for d in packages):
+    elif framework is None and installed_te(packages) is not None:
         library = "transformer-engine"  # TE installed and no framework that would call anything else
         inferred.append("library")
     elif framework == "torchtitan":
@@ -100,7 +100,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
     else:
         guess = CP_BY_FRAMEWORK.get(framework or "")
         if guess is None:
-            guess = "te" if any(d.startswith("transformer-engine") for d in packages) else "torch_ring"
+            guess = "te" if installed_te(packages) is not None else "torch_ring"
         cp_impl = guess
         inferred.append("cp_impl")
     needs_mask = workload.mask == "arbitrary" or (workload.padding and workload.packing == "padded")

@@ -25,6 +25,7 @@ from doctor.model import (
     Workload,
     arch_runs_on,
     driver_behind,
+    installed_te,
 )
 
 # --------------------------------------------------------------------------- values
@@ -49,14 +50,13 @@ FACT_PATHS = frozenset(
     + [f"cuda.{f.name}" for f in fields(CudaInfo)]
     + [f"cudnn.{f.name}" for f in fields(CudnnInfo)]
     + ["cudnn.installed_is_bundled", "cudnn.loaded_incompatible", "cuda.driver_behind", "torch.arch_runs_gpu"]
-    + ["te.fp8_recipe"]
+    + ["te.fp8_recipe", "te.fp8_attention"]
     + ["gpu.sm", "gpu.sm_max", "gpu.name", "gpu.count", "gpu.memory_mib", "python.version", "python.implementation"]
     + [f"workload.{f.name}" for f in fields(Workload) if f.name not in ("source", "defaulted", "context_parallel")]
     + [f"workload.{name}" for name in WORKLOAD_DERIVED]
     + [f"path.{name}" for name in PATH_FIELDS]
 )
 FACT_PREFIXES = ("env.", "imports.", "package.")
-TE_DISTS = ("transformer-engine", "transformer-engine-torch", "transformer-engine-cu12", "transformer-engine-cu13")
 # Derived from the release catalogue (doctor/rules/wheel_facts.py)
 WHEEL_FACT_PATHS = frozenset(f"wheels.flash-attn.{n}" for n in ("wheel", "needs_build", "broken_wheel", "why", "build"))
 
@@ -151,10 +151,24 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
         if facts.torch.arch_list is None or not facts.gpus:
             return _unknown("torch.arch_list" if facts.torch.arch_list is None else "gpu.sm", facts, "not probed")
         return Value(True, all(arch_runs_on(facts.torch.arch_list, g.sm) for g in facts.gpus))
+    if path == "te.fp8_attention":
+        # Whether TransformerEngine's attention runs in FP8: an FP8 workload, unless TE >= 2.8 is
+        # told NVTE_DPA_FP8_RECIPE=F16 (fp8_dpa off: attention in the high-precision dtype).
+        if workload.dtype != "fp8":
+            return Value(True, False)
+        if facts.packages is None:
+            return _unknown(path, facts, "installed packages were not probed")
+        te = installed_te(facts.packages)
+        rel = release(te) if te is not None else None
+        if rel is None or rel.release < (2, 8):
+            return Value(True, True)
+        if facts.env is None:
+            return _unknown("env.NVTE_DPA_FP8_RECIPE", facts, "environment variables were not probed")
+        return Value(True, facts.env.get("NVTE_DPA_FP8_RECIPE") != "F16")
     if path == "te.fp8_recipe":
         if facts.packages is None:
             return _unknown(path, facts, "installed packages were not probed")
-        te = next((facts.packages[d] for d in TE_DISTS if facts.packages.get(d)), None)
+        te = installed_te(facts.packages)
         if te is None:
             return Value(True, None)
         sm = min(g.sm for g in facts.gpus) if facts.gpus else None

@@ -138,3 +138,22 @@ def test_arch_runs_gpu_follows_cubin_and_ptx_compatibility() -> None:
     assert runs(["sm_120", "compute_120"], "12.1") is True
     assert runs(["sm_90", "compute_120"], "10.0") is False  # PTX never runs on an older GPU
     assert runs(["sm_100"], "10.3") is True
+
+
+def test_te_fp8_attention_follows_the_f16_switch_from_te_2_8() -> None:
+    """FP8 attention in TE: an fp8 workload, unless NVTE_DPA_FP8_RECIPE=F16 (read from TE 2.8)."""
+    fact = {"fact": "te.fp8_attention", "eq": True}
+    f16 = {"NVTE_DPA_FP8_RECIPE": "F16"}
+    assert evaluate(fact, ctx({"packages": {"transformer-engine": "2.8.0"}, "env": {}}, dtype="fp8")).value is True
+    assert evaluate(fact, ctx({"packages": {"transformer-engine": "2.8.0"}, "env": f16}, dtype="fp8")).value is False
+    assert evaluate(fact, ctx({"packages": {"transformer-engine-torch": "2.20.2"}, "env": f16}, dtype="fp8")).value is False
+    assert evaluate(fact, ctx({"packages": {"transformer-engine": "2.7.0"}, "env": f16}, dtype="fp8")).value is True
+    assert evaluate(fact, ctx({"packages": {"transformer-engine": "2.8.0"}, "env": {}}, dtype="bf16")).value is False
+    assert evaluate(fact, ctx({"packages": {"transformer-engine": "2.8.0"}}, dtype="fp8")).value is None  # env not probed
+
+
+def test_te_jax_alone_does_not_put_transformer_engine_on_the_path() -> None:
+    """transformer-engine-jax is not TE for PyTorch: with no framework, attention is not TE's."""
+    lib = {"fact": "path.library", "eq": "transformer-engine"}
+    assert evaluate(lib, ctx({"packages": {"transformer-engine-torch": "2.8.0", "torch": "2.8.0"}})).value is True
+    assert evaluate(lib, ctx({"packages": {"transformer-engine-jax": "2.8.0", "torch": "2.8.0"}})).value is False
