@@ -268,7 +268,9 @@ def te_choice(workload: Mapping[str, Any]) -> Dict[str, Any]:
         else:
             kw["window_size"] = (-1, -1)
         if "bottom_right_diagonal" in fields:
-            kw["bottom_right_diagonal"] = kw["attn_mask_type"].endswith("bottom_right")
+            # what DotProductAttention derives when the caller leaves it unset: top-left only
+            # for the two top-left causal masks, bottom-right for every other mask
+            kw["bottom_right_diagonal"] = kw["attn_mask_type"] not in ("causal", "padding_causal")
         if float(w["softcap"]):
             if "softcap" not in fields:
                 raise ValueError("this TransformerEngine has no softcap parameter")

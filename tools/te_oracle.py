@@ -15,11 +15,19 @@ model that C++ function (CPP_RULES) are set aside on the doctor's side, and the 
 sweep adds one rule that switches FusedAttention off, so each side answers the same question:
 given this C++ verdict, what do TE's Python filters and preference order make of it.
 
+Releases with no wheel on PyPI (TE 2.0, TE <= 1.8) are taken from their tag in a git mirror
+of NVIDIA/TransformerEngine (--te-mirror; `--versions tags`). TE 2.0 runs through
+get_attention_backend like the wheels; TE <= 1.8, which decide inline, run
+DotProductAttention.forward with the three backends replaced by recorders
+(te_runtime.Release.run_forward): there only the backend TE called, or the error it raised,
+is compared.
+
 Usage (a Python with torch, numpy, pydantic, einops, pyyaml and packaging; see
 docs/te-oracle/README.md):
 
     python tools/te_oracle.py --out te-oracle.json
     python tools/te_oracle.py --out subset.json --versions 2.3.0,2.18.0 --per-version 200
+    python tools/te_oracle.py --out tags.json --versions tags --te-mirror PATH/TO/TransformerEngine.git
 
 Writes {"cases": N, "agree": M, "by_version": {...}, "disagreements": [...], ...}.
 """
@@ -49,6 +57,10 @@ DEFAULT_VERSIONS = (
     "2.14.1", "2.15.0", "2.16.1", "2.17.1", "2.18.0", "2.19.0", "2.20.2",
 )  # fmt: skip
 
+# Releases with no wheel, run from their tags (TE 2.0 through get_attention_backend; TE <= 1.8,
+# which decide inline, through DotProductAttention.forward): the newest patch of each minor.
+TAG_VERSIONS = ("1.0.0", "1.1.0", "1.2.1", "1.3.0", "1.4.0", "1.5.0", "1.6.0", "1.7.0", "1.8.0", "2.0.0")
+
 # Doctor rules that model the C++ function nvte_get_fused_attn_backend (fused_attn.cpp):
 # on the oracle's side that decision is injected, so these are set aside when comparing.
 CPP_RULES = frozenset(
@@ -76,6 +88,8 @@ CPP_RULES = frozenset(
         "TE-FUSED-SLIDING-WINDOW",
         "TE-FUSED-FP8",
         "TE-FUSED-DETERMINISTIC",
+        # TE 0.12-1.1 only (C++ shapes plus two Python drops), below every wheel the oracle runs
+        "TE-FUSED-TE-LT-1-2",
     }
 )
 
@@ -96,10 +110,40 @@ def cache_dir(explicit: Optional[str]) -> Path:
     return Path(base) / "attn-doctor" / "te-oracle"
 
 
-def fetch_release(version: str, cache: Path) -> Path:
-    """The extracted wheel of one TE release (downloaded once, then reused)."""
+# Releases with no wheel on PyPI: TE 2.0 was never published there, and TE <= 1.8 shipped no
+# pure-Python wheel. Their Python is taken from the release tag in a git mirror of
+# NVIDIA/TransformerEngine (`git archive vX.Y transformer_engine`: the same files a wheel holds).
+NO_WHEEL = frozenset({"2.0.0", "1.8.0", "1.7.0", "1.6.0", "1.5.0", "1.4.0", "1.3.0", "1.2.1", "1.2.0", "1.1.0", "1.0.0"})
+DEFAULT_MIRROR = "/work/.mirror/NVIDIA+TransformerEngine/repo"
+
+
+def release_tag(version: str, mirror: str) -> str:
+    """The git tag of a release: v2.0 for 2.0.0, v1.2.1 for 1.2.1 (checked against VERSION.txt)."""
+    parts = version.split(".")
+    candidates = [f"v{version}", f"v{'.'.join(parts[:2])}"] if parts[2:] == ["0"] else [f"v{version}"]
+    for tag in candidates:
+        for vfile in ("build_tools/VERSION.txt", "VERSION"):  # VERSION up to 1.8
+            got = subprocess.run(["git", "-C", mirror, "show", f"{tag}:{vfile}"], capture_output=True, text=True)
+            if got.returncode == 0 and got.stdout.strip().split("dev")[0].rstrip(".") == version:
+                return tag
+    raise SystemExit(f"te_oracle: no tag for TE {version} in the mirror {mirror} (tried {', '.join(candidates)})")
+
+
+def fetch_release(version: str, cache: Path, mirror: Optional[str] = None) -> Path:
+    """The extracted Python of one TE release: its wheel from PyPI, or (for the releases in
+    NO_WHEEL) its tag in the git mirror; extracted once, then reused."""
     root = cache / "extracted" / version
     if (root / "transformer_engine" / "pytorch").is_dir():
+        return root
+    tmp = root.with_name(root.name + ".tmp")
+    if version in NO_WHEEL:
+        mirror = mirror or DEFAULT_MIRROR
+        tag = release_tag(version, mirror)
+        tmp.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", mirror, "archive", tag, "transformer_engine"], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive.stdout, check=True)
+        (tmp / "SOURCE").write_text(f"git tag {tag} of NVIDIA/TransformerEngine\n", encoding="utf-8")
+        tmp.rename(root)
         return root
     wheels = cache / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
@@ -112,7 +156,6 @@ def fetch_release(version: str, cache: Path) -> Path:
         found = sorted(wheels.glob(f"transformer_engine-{version}-*.whl"))
     if not found:
         raise SystemExit(f"te_oracle: no wheel for transformer-engine=={version} in {wheels}")
-    tmp = root.with_name(root.name + ".tmp")
     with zipfile.ZipFile(found[0]) as z:
         z.extractall(tmp)
     tmp.rename(root)
@@ -144,6 +187,16 @@ FLASH_SETS: Tuple[Dict[str, str], ...] = (
     {"flash-attn-3": "3.0.0b1", "flash-attn-4": "4.0.0b11"},
     {"flash-attn": "2.8.3", "flash-attn-3": "3.0.0b1", "flash-attn-4": "4.0.0b11"},
     {"flash-attn": "2.7.4.post1", "flashattn-hopper": "3.0.0b1"},
+)
+# TE <= 1.8 build FlashAttention in DotProductAttention.__init__ and assert there that flash-attn
+# is inside their window (2.0.6 ..; 1.7-1.8: .. 2.5.8): most of their draws take one inside it.
+LEGACY_FLASH_SETS: Tuple[Dict[str, str], ...] = (
+    {"flash-attn": "2.0.9"},
+    {"flash-attn": "2.2.5"},
+    {"flash-attn": "2.3.6"},
+    {"flash-attn": "2.4.2"},
+    {"flash-attn": "2.5.6"},
+    {"flash-attn": "2.5.8"},
 )
 # FA3 runs only on Hopper (sm90+ before TE 2.2): draws with FA3 installed mostly take sm90
 SMS_WITH_FA3 = (90, 90, 90, 80, 100)
@@ -180,6 +233,8 @@ def generate(version: str, n: int, seed: int) -> List[Dict[str, Any]]:
     minor = int(version.split(".")[1])
     while len(out) < 2 * n:
         flash = dict(_pick(rng, FLASH_SETS))
+        if (major, minor) <= (1, 8) and rng.random() < 0.8:
+            flash = dict(_pick(rng, LEGACY_FLASH_SETS))  # mostly inside TE 1.x's flash-attn window
         if "flash-attn-4" in flash and rng.random() < 0.85:
             flash["nvidia-cutlass-dsl"] = "4.6.2"  # FA4's own dependency; TE >= 2.19 checks it
         if (major, minor) <= (1, 11) and "flash-attn" not in flash:
@@ -268,6 +323,9 @@ class DoctorModel:
             raise SystemExit(f"te_oracle: classify these te.fused rules (C++ or Python): {unknown}")
         frameworks = tuple(f for f in cat.frameworks if f.id == "transformer-engine")
         python_side = [r for r in te_rules if r.id not in CPP_RULES]
+        # TE's asserts are error findings in the doctor: a case where TE <= 1.8 raises agrees
+        # when the doctor selects no TE backend or reports such an error
+        python_side += [r for r in cat.rules if not r.disables and r.area == "transformer-engine" and r.severity == "error"]
         injected = Rule(
             id="ORACLE-CPP-NO-BACKEND",
             title="injected",
@@ -289,7 +347,8 @@ class DoctorModel:
         d = diagnose(self.catalogue, facts, workload)
         avail = {b.id: b.available for b in d.backends}
         rules = {b.id: list(b.rule_ids) for b in d.backends}
-        return {"available": avail, "selected": dict(d.selections).get("transformer-engine"), "rules": rules}
+        errors = [f.rule_id for f in d.findings if f.severity == "error" and f.status == "fired"]
+        return {"available": avail, "selected": dict(d.selections).get("transformer-engine"), "rules": rules, "errors": errors}
 
 
 def _python_rule(rule: Any) -> bool:
@@ -327,12 +386,23 @@ def doctor_case(case: Dict[str, Any]) -> Dict[str, Any]:
 
 def compare(te: Dict[str, Any], doc: Dict[str, Any]) -> Optional[str]:
     """None when they agree, else what differs."""
+    if te["status"] == "construct_error" and te.get("mode") == "forward" and "FlashAttention" not in te["error"]:
+        # TE <= 1.8 refuse the inputs when DotProductAttention is built (e.g. a window that
+        # contradicts a causal mask): nothing runs, so the doctor must not select a backend
+        return None if doc["selected"] is None or doc.get("errors") else f"TE raises at construction ({te['error']}); doctor selects {doc['selected']}"
     if te["status"] == "construct_error":
         # TE 1.9-1.11 assert when DotProductAttention builds FlashAttention: the doctor must
         # at least say FlashAttention cannot be used.
         return None if doc["available"].get("te.flash") is False else "TE raises at construction; doctor has te.flash usable"
+    if te["status"] == "raised" and te.get("mode") == "forward":
+        # TE <= 1.8 (DotProductAttention.forward run on the CPU): TE refuses the inputs (an
+        # assert, or no backend left); the doctor must not select a TE backend either.
+        return None if doc["selected"] is None or doc.get("errors") else f"TE raises ({te.get('error')}); doctor selects {doc['selected']}"
     if te["status"] != "ok":
         return f"TE {te['status']}: {te.get('error')}"
+    if te.get("available") is None:
+        # TE <= 1.8: only the backend forward called is observable, not each one's availability
+        return None if te["selected"] == doc["selected"] else f"selected: TE {te['selected']} doctor {doc['selected']}"
     diffs = [f"{b}: TE {te['available'][b]} doctor {doc['available'].get(b)}" for b in BACKENDS if te["available"][b] != doc["available"].get(b)]
     if te["selected"] != doc["selected"]:
         diffs.append(f"selected: TE {te['selected']} doctor {doc['selected']}")
@@ -342,10 +412,13 @@ def compare(te: Dict[str, Any], doc: Dict[str, Any]) -> Optional[str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="where to write the JSON result")
-    ap.add_argument("--versions", help="comma-separated TE releases (default: 1.9 .. 2.20, newest patch each)")
+    ap.add_argument("--versions", help="comma-separated TE releases (default: 1.9 .. 2.20, newest patch each; "
+                    "'tags' for the releases run from git tags, 1.0 .. 1.8 and 2.0; 'all' for both)")
     ap.add_argument("--per-version", type=int, default=220, help="draws per release; each runs twice (C++ verdict both ways)")
     ap.add_argument("--seed", type=int, default=20261122)
     ap.add_argument("--cache", help="wheel cache (default: $XDG_CACHE_HOME/attn-doctor/te-oracle)")
+    ap.add_argument("--te-mirror", default=DEFAULT_MIRROR, help="git mirror of NVIDIA/TransformerEngine, for the "
+                    "releases with no wheel on PyPI (2.0, <= 1.8): their Python is taken from the release tag")
     ap.add_argument("--python", default=sys.executable, help="interpreter for the TE workers (needs torch, numpy, pydantic)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--max-disagreements", type=int, default=400, help="how many disagreements to list in full")
@@ -359,9 +432,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cases, te_answers = load_cases(Path(args.replay))
         versions = list(cases)
     else:
-        versions = args.versions.split(",") if args.versions else list(DEFAULT_VERSIONS)
+        named = {"tags": list(TAG_VERSIONS), "all": sorted(DEFAULT_VERSIONS + TAG_VERSIONS, key=_vkey)}
+        versions = named.get(args.versions or "", args.versions.split(",") if args.versions else list(DEFAULT_VERSIONS))
         cache = cache_dir(args.cache)
-        roots = {v: fetch_release(v, cache) for v in versions}
+        roots = {v: fetch_release(v, cache, args.te_mirror) for v in versions}
         cases = {v: generate(v, args.per_version, args.seed) for v in versions}
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             futures = {v: pool.submit(run_te, v, roots[v], cases[v], args.python) for v in versions}
@@ -463,6 +537,10 @@ def load_cases(path: Path) -> Tuple[Dict[str, List[Dict[str, Any]]], Dict[str, L
         cases.setdefault(v, []).append(rec["case"])
         answers.setdefault(v, []).append(rec["te"])
     return cases, answers
+
+
+def _vkey(version: str) -> Tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version))
 
 
 def diff_kind(diff: str) -> str:

@@ -25,6 +25,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.metadata
+import importlib.util
 import json
 import logging
 import os
@@ -255,6 +256,52 @@ def _cudnn() -> Tuple[int, int, int]:
     return (major, minor, patch)
 
 
+# --------------------------------------------------------------------------- TE <= 1.8: the inline selection
+
+
+class _NoCudaAsserts(importlib.machinery.SourceFileLoader):
+    """Loads a TE module with every `X.is_cuda` read as True: TE <= 1.8 asserts CUDA tensors
+    in `DotProductAttention.forward` before it selects a backend, and the oracle's tensors live
+    on the CPU. Only the compiled code changes; TE's files on disk are not touched."""
+
+    def source_to_code(self, data, path, *, _optimize=-1):  # type: ignore[no-untyped-def]
+        import ast
+
+        class _IsCuda(ast.NodeTransformer):
+            def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+                self.generic_visit(node)
+                if node.attr == "is_cuda" and isinstance(node.ctx, ast.Load):
+                    return ast.copy_location(ast.Constant(True), node)
+                return node
+
+        tree = ast.fix_missing_locations(_IsCuda().visit(ast.parse(data, filename=path)))
+        return compile(tree, path, "exec", dont_inherit=True)
+
+
+class _NoCudaFinder(importlib.abc.MetaPathFinder):
+    def __init__(self, names: Dict[str, str]) -> None:
+        self.names = names  # module name -> file
+
+    def find_spec(self, fullname, path, target=None):  # type: ignore[no-untyped-def]
+        if fullname in self.names:
+            return importlib.util.spec_from_file_location(fullname, self.names[fullname], loader=_NoCudaAsserts(fullname, self.names[fullname]))
+        return None
+
+
+class _Chosen(Exception):
+    """Raised by a backend recorder: TE's forward picked this backend."""
+
+
+def _recorder(name: str) -> Any:
+    import torch
+
+    class Recorder(torch.nn.Module):
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            raise _Chosen(name)
+
+    return Recorder()
+
+
 # --------------------------------------------------------------------------- loading one release
 
 
@@ -280,6 +327,14 @@ class Release:
         tex = _Tex("transformer_engine_torch")
         tex.__all__ = _extension_names(os.path.join(root, "transformer_engine"))  # type: ignore[attr-defined]
         sys.modules["transformer_engine_torch"] = tex
+        sys.modules["transformer_engine_extensions"] = tex  # the extension's name up to TE 1.7
+        if importlib.util.find_spec("pkg_resources") is None:
+            # TE <= 1.6 take `packaging` from setuptools' pkg_resources (gone from new setuptools)
+            import packaging.version
+
+            shim = types.ModuleType("pkg_resources")
+            shim.packaging = packaging  # type: ignore[attr-defined]
+            sys.modules["pkg_resources"] = shim
         fa_py = os.path.join(root, "transformer_engine", "pytorch", "cpp_extensions", "fused_attn.py")
         if "F16_max512_seqlen" not in open(fa_py, encoding="utf-8").read():
             _ENUMS["NVTE_Fused_Attn_Backend"] = FusedBackendNoMax512
@@ -340,6 +395,12 @@ class Release:
             self.discovery = "transformer_engine.pytorch.attention"
         src = open(os.path.join(root, *self.selection.split(".")) + ".py", encoding="utf-8").read()
         STATE["fused_returns_pair"] = "reject_message = " in src and "tex.get_fused_attn_backend(" in src
+        # TE <= 1.8 has no get_attention_backend: its choice is made inline in
+        # DotProductAttention.forward, which the oracle runs on CPU tensors (see run_forward).
+        self.legacy = "def get_attention_backend(" not in src
+        self.fp8_attention = "fp8_dpa" in src
+        if self.legacy:
+            sys.meta_path.insert(0, _NoCudaFinder({self.selection: os.path.join(root, *self.selection.split(".")) + ".py"}))
         self.recipe_mod = importlib.import_module("transformer_engine.common.recipe")
         # transformer_engine/pytorch/__init__.py runs as shipped, minus its one top-level call
         # that loads the C++ extension (`_load_library()`; 2.4+ call `common`'s stub instead).
@@ -434,6 +495,8 @@ class Release:
         self.load(sm, case["packages"])
         if self.mod is None:
             return {"status": "import_error", "error": self.import_error}
+        if self.legacy:
+            return self.run_forward(case)
         STATE["cudnn"] = case["cudnn_int"]
         STATE["fused"] = case["fused_cpp"]
         saved = dict(os.environ)
@@ -457,6 +520,107 @@ class Release:
             os.environ.clear()
             os.environ.update(saved)
         return {"status": "ok", **_decode(out), "reasons": list(self.reasons)}
+
+
+    # ---------------------------------------------------------------- one case, TE <= 1.8
+
+    def run_forward(self, case: Dict[str, Any]) -> Dict[str, Any]:
+        """Build DotProductAttention and call its forward on CPU tensors of the case's shapes,
+        with the three backend modules replaced by recorders: the first one called is TE's
+        choice. TE <= 1.8 decide inline in forward, so only the choice is observable (not
+        each backend's availability); an exception TE raises (an assert refusing the inputs,
+        "no backend supports these inputs") is recorded as the answer."""
+        import inspect
+        import torch
+
+        mod = self.mod
+        init_params = inspect.signature(mod.DotProductAttention.__init__).parameters
+        fwd_params = inspect.signature(mod.DotProductAttention.forward).parameters
+        if case["head_dim_qk"] != case["head_dim_v"]:
+            return {"status": "not_applicable", "error": "this release has one head_dim (kv_channels)"}
+        if case.get("window_size") is not None and "window_size" not in fwd_params:
+            return {"status": "not_applicable", "error": "this release has no window_size"}
+        if case.get("alibi") and "alibi_slopes" not in fwd_params:
+            return {"status": "not_applicable", "error": "this release has no ALiBi"}
+        STATE["cudnn"] = case["cudnn_int"]
+        STATE["fused"] = case["fused_cpp"]
+        if STATE["fused"] == "fp8" and not self.fp8_attention:
+            # TE <= 1.7 have no FP8 attention: q/k/v reach cuDNN in BF16, so its "supported"
+            # verdict is the F16 arbitrary-seqlen sub-backend
+            STATE["fused"] = "arbitrary"
+        saved = dict(os.environ)
+        os.environ.update(case["env"])
+        del self.reasons[:]
+        fmt, mask = case["qkv_format"], case["mask"]
+        cp_group = object() if case["cp_size"] > 1 else None
+        mod.get_distributed_world_size = lambda group=None: case["cp_size"] if group is cp_group and group is not None else 1
+        # get_alibi builds the ALiBi slopes on the GPU for the chosen backend's arguments, after
+        # the choice is made (no slopes are passed here, so the fused branch never needs it)
+        if hasattr(mod, "get_alibi"):
+            mod.get_alibi = lambda *a, **k: (None, None)
+        kw: Dict[str, Any] = dict(num_gqa_groups=case["num_kv_heads"], attention_dropout=case["dropout"],
+                                  qkv_format=fmt, attn_mask_type=mask)
+        if "window_size" in init_params and case.get("window_size") is not None:
+            kw["window_size"] = tuple(case["window_size"])
+        try:
+            # deterministic training as the user asks for it: torch.use_deterministic_algorithms
+            # (TE 1.5-1.8 read it in __init__; 1.2-1.4 read only NVTE_ALLOW_NONDETERMINISTIC_ALGO)
+            torch.use_deterministic_algorithms(bool(case["deterministic"]))
+            try:
+                dpa = mod.DotProductAttention(case["num_heads"], case["head_dim_qk"], **kw)
+            except AssertionError as exc:
+                return {"status": "construct_error", "error": f"AssertionError: {exc}"[:300], "mode": "forward"}
+            finally:
+                torch.use_deterministic_algorithms(False)
+            dpa.cp_group = cp_group
+            dpa.train(case["training"])
+            for attr, name in (("flash_attention", "te.flash"), ("fused_attention", "te.fused"), ("unfused_attention", "te.unfused")):
+                if hasattr(dpa, attr):
+                    setattr(dpa, attr, _recorder(name))
+            fp8 = case["dtype"] == "fp8"
+            recipe = self.recipe_mod.DelayedScaling()
+            if fp8:
+                recipe.fp8_dpa = True
+
+            @__import__("contextlib").contextmanager
+            def prepare_forward(inp: Any, *args: Any, **kwargs: Any) -> Any:
+                dpa.fp8 = fp8  # what fp8_autocast(enabled=fp8) would leave on the module
+                dpa.fp8_meta["recipe"] = recipe
+                yield inp
+
+            dpa.prepare_forward = prepare_forward
+            dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp8": torch.bfloat16}[case["dtype"]]
+            sq, skv, h, hkv, d = case["seq_len_q"], case["seq_len_kv"], case["num_heads"], case["num_kv_heads"], case["head_dim_qk"]
+            args: Dict[str, Any] = {}
+            if fmt == "thd":
+                q = torch.empty(sq, h, d, dtype=dtype)
+                k, v = (torch.empty(skv, hkv, d, dtype=dtype) for _ in range(2))
+                args.update(cu_seqlens_q=torch.tensor([0, sq // 2, sq], dtype=torch.int32),
+                            cu_seqlens_kv=torch.tensor([0, skv // 2, skv], dtype=torch.int32))
+                if "max_seqlen_q" in fwd_params:
+                    args.update(max_seqlen_q=sq, max_seqlen_kv=skv)
+            elif fmt == "bshd":
+                q = torch.empty(1, sq, h, d, dtype=dtype)
+                k, v = (torch.empty(1, skv, hkv, d, dtype=dtype) for _ in range(2))
+            else:
+                q = torch.empty(sq, 1, h, d, dtype=dtype)
+                k, v = (torch.empty(skv, 1, hkv, d, dtype=dtype) for _ in range(2))
+            if "window_size" in fwd_params and case.get("window_size") is not None:
+                args["window_size"] = tuple(case["window_size"])
+            if case.get("alibi"):
+                args["core_attention_bias_type"] = "alibi"
+            args["attn_mask_type"] = mask
+            try:
+                dpa(q, k, v, **args)
+            except _Chosen as chosen:
+                return {"status": "ok", "selected": str(chosen), "available": None, "mode": "forward", "reasons": list(self.reasons)}
+            except Exception as exc:  # TE refuses the inputs: that is its answer
+                first = (str(exc).strip().splitlines() or [""])[0]
+                return {"status": "raised", "error": f"{type(exc).__name__}: {first}"[:300], "mode": "forward", "reasons": list(self.reasons)}
+            return {"status": "raised", "error": "forward returned without calling a backend", "mode": "forward"}
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
 
 
 def _decode(out: Tuple[Any, ...]) -> Dict[str, Any]:

@@ -8,7 +8,7 @@ they run, for comparing with the doctor's flash_attn.fa2 availability.
 flash-attn has no "can I run this" question, so the answer is the real call: forward
 (`flash_attn_func`, or `flash_attn_varlen_func` for packed sequences), and backward for a
 training workload, on the workload's dtype, heads, head dims, mask, window, softcap, ALiBi,
-dropout and determinism. Lengths and batch are cut down (the checks read shapes, not
+dropout (in training only, as callers pass it) and determinism. Lengths and batch are cut down (the checks read shapes, not
 lengths; cross-attention keeps seq_q != seq_kv). An exception is a refusal; its first line is
 kept as the reason. Each line: {"name", "workload", "answers": [{"library": "flash-attn",
 "selected": "flash_attn.fa2" or null, "available": {"flash_attn.fa2": bool}, "reasons": ...}]}.
@@ -48,7 +48,9 @@ def fa2_answer(w: Mapping[str, Any]) -> Dict[str, Any]:
         dqk, dv = int(w.get("head_dim_qk", 128)), int(w.get("head_dim_v", 128))
         training = bool(w.get("training", True))
         mask = str(w.get("mask", "causal"))
-        kw: Dict[str, Any] = {"dropout_p": float(w.get("dropout") or 0.0), "causal": "causal" in mask}
+        # the workload's dropout is attention's training dropout: callers pass 0 in inference
+        p = float(w.get("dropout") or 0.0) if training else 0.0
+        kw: Dict[str, Any] = {"dropout_p": p, "causal": "causal" in mask}
         if w.get("window_size") is not None:
             kw["window_size"] = tuple(int(x) for x in w["window_size"])
         if w.get("softcap"):

@@ -10,6 +10,9 @@
     python benchmarks/gpu/te_selection.py fa2-matrix N SEED OUT.json
         the same for flash-attn 2's own arguments (softcap, ALiBi, packed sequences), for
         benchmarks/gpu/fa2_ask.py, which calls its kernels on the GPU
+    python benchmarks/gpu/te_selection.py te-matrix N SEED OUT.json
+        the same over TransformerEngine's DotProductAttention arguments (fp8, thd, packed,
+        padding and arbitrary masks, context parallelism), for kernels/ask.py --libraries te
     python benchmarks/gpu/te_selection.py compare SNAPSHOT.json ANSWERS.jsonl OUT_PREFIX
         runs the doctor's diagnosis for each workload on the device's own snapshot
         (`python -m doctor probe --format json` there) and writes OUT_PREFIX.json and .md
@@ -152,6 +155,54 @@ def fa2_matrix(n: int, seed: int) -> List[Dict[str, Any]]:
     return out
 
 
+# TransformerEngine's DotProductAttention arguments (kernels/ask.py te_choice asks them)
+TE_MATRIX: Dict[str, List[Any]] = {
+    "dtype": ["bf16", "bf16", "fp16", "fp32", "fp8"],
+    "heads": [(32, 32), (32, 8), (32, 1), (16, 4), (12, 3)],
+    "head_dims": [(128, 128), (128, 128), (64, 64), (96, 96), (80, 80), (256, 256), (192, 128),
+                  (192, 192), (72, 72), (100, 100), (320, 320), (512, 512), (128, 64), (576, 512),
+                  (160, 160)],
+    "seqs": [(4096, 4096), (2048, 2048), (1000, 1000), (512, 512), (100, 100), (128, 384),
+             (2048, 4096), (4096, 2048), (1, 4096), (4095, 4095)],
+    "mask": ["no_mask", "causal", "causal", "causal_bottom_right", "padding", "padding_causal",
+             "padding_causal_bottom_right", "arbitrary"],
+    "window_size": [None, None, None, [128, 0], [4095, 0], [128, 128]],
+    "dropout": [0.0, 0.0, 0.1],
+    "training": [True, True, False],
+    "deterministic": [False, False, False, True],
+    "qkv_format": ["bshd", "bshd", "sbhd", "thd"],
+    "qkv_packed": [False, False, False, True],
+    "softcap": [0.0, 0.0, 0.0, 0.0, 0.0, 30.0],
+    "alibi": [False, False, False, False, False, True],
+    "cp": [(1, None)] * 6 + [(2, "p2p"), (2, "a2a"), (2, "all_gather")],
+    "batch_size": [1, 2, 8],
+}
+
+
+def te_matrix(n: int, seed: int) -> List[Dict[str, Any]]:
+    """`n` random workloads over TE_MATRIX, for asking TransformerEngine (kernels/ask.py)."""
+    import random
+
+    rng = random.Random(seed)
+    out: List[Dict[str, Any]] = []
+    while len(out) < n:
+        pick = {k: vals[rng.randrange(len(vals))] for k, vals in TE_MATRIX.items()}
+        (h, hkv), (dqk, dv), (sq, skv) = pick.pop("heads"), pick.pop("head_dims"), pick.pop("seqs")
+        cp_size, cp_comm = pick.pop("cp")
+        w = dict(BASE, num_heads=h, num_kv_heads=hkv, head_dim_qk=dqk, head_dim_v=dv,
+                 seq_len_q=sq, seq_len_kv=skv, **pick)
+        if w["qkv_format"] == "thd":  # packed sequences: padding masks, as DotProductAttention sees them
+            w["varlen"] = True
+            if not w["mask"].startswith("padding"):
+                if w["mask"] == "arbitrary":
+                    continue
+                w["mask"] = "padding" if w["mask"] == "no_mask" else "padding_" + w["mask"]
+        if cp_size > 1:
+            w.update(cp_size=cp_size, cp_comm_type=cp_comm)
+        out.append({"name": f"t{len(out):04d}", **w})
+    return out
+
+
 def _workload(d: Dict[str, Any]) -> Any:
     from doctor.model import ContextParallel, Workload
 
@@ -163,13 +214,19 @@ def _workload(d: Dict[str, Any]) -> Any:
         kw["window_size"] = tuple(kw["window_size"])
     w = Workload(**kw)
     if int(d.get("cp_size") or 1) > 1:
-        w = replace(w, context_parallel=replace(ContextParallel(), size=int(d["cp_size"])))
+        w = replace(w, context_parallel=replace(ContextParallel(), size=int(d["cp_size"]),
+                                                comm_type=str(d.get("cp_comm_type") or "p2p"), impl="te"))
     return w
 
 
 def not_comparable(library: str, w: Dict[str, Any]) -> Optional[str]:
     """Workloads where the library question cannot stand for the workload's real call path
     (the row is listed, and left out of the agreement figure)."""
+    if library == "transformer-engine":
+        if w.get("qkv_packed") and w.get("head_dim_qk") != w.get("head_dim_v"):
+            return ("k and v with different head dims cannot share one packed tensor; the asked "
+                    "layout (*_2hd) does not exist for this workload")
+        return None
     if library != "torch":
         return None
     if w.get("varlen") or w.get("qkv_format") == "thd":
@@ -261,6 +318,11 @@ def main(argv: List[str]) -> int:
         return 0
     if argv[:1] == ["fa2-matrix"]:
         ws = fa2_matrix(int(argv[1]), int(argv[2]))
+        Path(argv[3]).write_text(json.dumps({"workloads": ws}, indent=1) + "\n")
+        print(f"{len(ws)} workloads -> {argv[3]}")
+        return 0
+    if argv[:1] == ["te-matrix"]:
+        ws = te_matrix(int(argv[1]), int(argv[2]))
         Path(argv[3]).write_text(json.dumps({"workloads": ws}, indent=1) + "\n")
         print(f"{len(ws)} workloads -> {argv[3]}")
         return 0

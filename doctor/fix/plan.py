@@ -15,7 +15,8 @@
     result       a frozen FixPlan: pins, env, config, what stays unresolved, the flash-attn
                  wheel to install, conflicts pip will report, alternatives, and steps.
 
-Pure: no I/O, no printing. `doctor.fix.pinfile` writes the pins; doctor/report/fix_*.py render.
+Pure: no I/O, no printing. A process that plans the same inputs twice (`check` then `fix` in one
+process, as the tests do) gets the plan it computed the first time (the last few are kept). `doctor.fix.pinfile` writes the pins; doctor/report/fix_*.py render.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
@@ -227,6 +229,10 @@ class _Planner:
         self.by_rule: Dict[str, List[int]] = {}
         self.evals: Dict[FrozenSet[int], Optional[_Eval]] = {}
         self.installable_memo: Dict[Tuple[Tuple[str, str], ...], bool] = {}
+        # facts and workload as a merged set of changes leaves them, and their diagnosis (None:
+        # the pins break an installed release's requirements); two sets of candidates that
+        # merge to the same pins, env and workload are checked once
+        self.applied: Dict[Tuple[Any, ...], Tuple[Facts, Workload, Optional[Diagnosis]]] = {}
         self.baseline_violations = set(self._violations(self.installed))
         self.warning_only: Dict[str, List[Change]] = {}  # warning fixes kept out of the plan (they move a package or conflict)
 
@@ -601,10 +607,14 @@ class _Planner:
         merged = self.merge(changes)
         if merged is None:
             return None
-        facts, workload = self._apply(merged)
-        if set(self._violations(dict(facts.packages or {}))) - self.baseline_violations:
+        key = (tuple(merged.pins.items()), tuple(merged.env.items()), repr(merged.workload))
+        if key not in self.applied:
+            facts, workload = self._apply(merged)
+            broken = set(self._violations(dict(facts.packages or {}))) - self.baseline_violations
+            self.applied[key] = (facts, workload, None if broken else diagnose(self.cat, facts, workload))
+        facts, workload, diag = self.applied[key]
+        if diag is None:
             return None
-        diag = diagnose(self.cat, facts, workload)
         bad = _fired_bad(diag)
         # Cleared means evaluated and false (as in doctor.rules.evaluate.fix_clears): a change
         # that only makes a target undecidable has not fixed it.
@@ -843,6 +853,13 @@ def _alternatives(planner: _Planner, chosen: FrozenSet[int]) -> List[Alternative
     return out
 
 
+# Plans this process computed, by their inputs: the catalogues by identity (each entry holds them,
+# so an id is not reused while it is kept) and the facts, workload and diagnosis by value (their
+# reprs spell out every field). Planning is pure, so an equal input gets an equal plan.
+_PLANS: "OrderedDict[Tuple[Any, ...], Tuple[ReleaseCatalogue, Catalogue, FixPlan]]" = OrderedDict()
+_PLANS_MAX = 8
+
+
 def plan_fixes(
     rel: ReleaseCatalogue,
     cat: Catalogue,
@@ -852,6 +869,19 @@ def plan_fixes(
 ) -> FixPlan:
     """The least change that clears every fired error and warning finding it can, verified by
     re-running every rule with the plan assumed."""
+    key = (id(rel), id(cat), repr(facts), repr(workload), None if diagnosis is None else repr(diagnosis))
+    kept = _PLANS.get(key)
+    if kept is not None and kept[0] is rel and kept[1] is cat:
+        _PLANS.move_to_end(key)
+        return kept[2]
+    plan = _plan(rel, cat, facts, workload, diagnosis)
+    _PLANS[key] = (rel, cat, plan)
+    while len(_PLANS) > _PLANS_MAX:
+        _PLANS.popitem(last=False)
+    return plan
+
+
+def _plan(rel: ReleaseCatalogue, cat: Catalogue, facts: Facts, workload: Workload, diagnosis: Optional[Diagnosis]) -> FixPlan:
     before = diagnosis or diagnose(cat, facts, workload)
     planner = _Planner(rel, cat, facts, workload, before)
     targets = tuple(f for f in before.findings if f.status == "fired" and f.severity in TARGET_SEVERITIES)

@@ -602,7 +602,7 @@ def _shadowed(builtin: Path, extra_files: Sequence[Path]) -> set:
     return out
 
 
-_LOADED: Dict[str, Catalogue] = {}  # per process, by cache file (whose name is the files' fingerprint)
+_LOADED: Dict[str, Catalogue] = {}  # per process, by the files' fingerprint (wherever the cache folder is)
 _LOADED_MAX = 4  # a long-lived process (tests, cluster) that reads many rule folders keeps only the latest
 
 
@@ -625,14 +625,18 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
         hidden = _shadowed(rules_dir().resolve(), files) if shadow else set()
         files = [f for f in _files([rules_dir()]) if f.resolve() not in hidden] + files
     cache_file = None
+    fingerprint = None
     if use_cache:
         try:
+            fingerprint = _fingerprint(files)
+            if fingerprint in _LOADED:
+                # same files, same sizes and times: this process read them already (even if the
+                # cache folder moved since, as $XDG_CACHE_HOME does between tests)
+                return _LOADED[fingerprint]
             cache_dir = _cache_dir()
-            cache_file = cache_dir / f"catalogue-{_fingerprint(files)}.json" if cache_dir else None
-            if cache_file is not None and str(cache_file) in _LOADED:
-                return _LOADED[str(cache_file)]  # same files, same sizes and times: this process read them already
+            cache_file = cache_dir / f"catalogue-{fingerprint}.json" if cache_dir else None
             if cache_file and cache_file.is_file():
-                return _remember(str(cache_file), _from_json(json.loads(cache_file.read_text(encoding="utf-8"))))
+                return _remember(fingerprint, _from_json(json.loads(cache_file.read_text(encoding="utf-8"))))
         except (OSError, ValueError, KeyError, TypeError):
             pass  # unreadable or stale cache: rebuilt below and overwritten
     frameworks: List[Framework] = []
@@ -643,8 +647,9 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
         rules.extend(rs)
     _check_catalogue(frameworks, rules)
     cat = Catalogue(tuple(frameworks), tuple(rules))
+    if fingerprint is not None:
+        _remember(fingerprint, cat)
     if cache_file is not None:
-        _remember(str(cache_file), cat)
         try:
             cache_file.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")

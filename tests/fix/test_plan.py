@@ -5,6 +5,7 @@ Python and the CUDA major, and package requirements come along."""
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict
 
@@ -147,3 +148,25 @@ def test_a_pin_that_is_not_a_release_is_never_emitted(tmp_path: Path, rel) -> No
     assert pins(plan) == ("transformer-engine[pytorch]==2.1.0",), "the nearest real release in the fix's direction (with TE's torch extension)"
     assert any("transformer-engine==2.0.0 is not a release on PyPI" in n for n in plan.notes)
     assert all("transformer-engine==2.0.0" not in pins(a) for a in plan.alternatives)
+
+
+def test_the_same_inputs_are_planned_once_per_process(cat, rel) -> None:  # type: ignore[no-untyped-def]
+    """`check` and `fix` in one process plan the same snapshot once; other inputs, or another
+    catalogue, are planned afresh."""
+    from doctor.fix import plan as planner
+
+    case = {"packages": {"transformer-engine": "1.13.0", "flash-attn": "2.6.3", "torch": "2.4.1"}, "python": {"version": "3.10.14"},
+            "gpu": "8.0", "workload": {"context_parallel": {"size": 2, "comm_type": "p2p"}}}
+    facts, workload = case_inputs(case)
+    first = plan_fixes(rel, cat, facts, workload)
+    again_facts, again_workload = case_inputs(case)  # equal values, other objects
+    assert plan_fixes(rel, cat, again_facts, again_workload) is first
+    assert "flash-attn==2.5.9.post1" in pins(first)
+    other_facts, _ = case_inputs({**case, "packages": {**case["packages"], "flash-attn": "2.5.8"}})
+    other = plan_fixes(rel, cat, other_facts, workload)
+    assert other is not first and "flash-attn==2.5.9.post1" not in pins(other)
+    fresh = plan_fixes(rel, load_catalogue(use_cache=False), facts, workload)
+    assert fresh is not first and fresh == first  # another catalogue object: planned again, same result
+    for _ in range(planner._PLANS_MAX + 2):  # the memo stays small
+        plan_fixes(rel, cat, facts, replace(workload, seq_len_q=workload.seq_len_q + _ + 1))
+    assert len(planner._PLANS) <= planner._PLANS_MAX

@@ -91,6 +91,24 @@ def test_cache_is_used_and_invalidated_on_edit(tmp_path: Path, monkeypatch: pyte
     assert load_catalogue([rules], builtin=False).rule("MY-RULE").severity == "error"
 
 
+def test_a_moved_cache_folder_does_not_reread_the_same_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process keeps what it read by the files, not by where the cache lives: pointing
+    $XDG_CACHE_HOME elsewhere (every test does) reuses the catalogue; editing a file does not."""
+    rules = tmp_path / "mine"
+    rules.mkdir()
+    (rules / "r.yaml").write_text(GOOD)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a"))
+    first = load_catalogue([rules], builtin=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "b"))
+    assert load_catalogue([rules], builtin=False) is first
+    assert load_catalogue([rules], builtin=False, use_cache=False) is not first  # use_cache=False always reads
+    (rules / "r.yaml").write_text(GOOD.replace("severity: warning", "severity: error"))
+    import os
+
+    os.utime(rules / "r.yaml", ns=(1, 1))
+    assert load_catalogue([rules], builtin=False).rule("MY-RULE").severity == "error"
+
+
 @pytest.mark.parametrize(
     "edit,needle",
     [

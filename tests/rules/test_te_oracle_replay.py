@@ -4,6 +4,10 @@ docs/te-oracle/cases-subset.jsonl holds cases drawn from the oracle's matrix (16
 release, 1.9 to 2.20) with the answer TE's get_attention_backend gave for them: which of
 FlashAttention, FusedAttention and UnfusedDotProductAttention are available and which one
 runs. The doctor's catalogue, evaluated through its own engine, must give the same answer.
+
+The releases with no wheel on PyPI, run from their git tags, follow (16 each): TE 2.0 through
+get_attention_backend, TE 1.0-1.8 through DotProductAttention.forward, where only the backend
+TE called (or the error it raised) is recorded ("mode": "forward").
 """
 
 from __future__ import annotations
@@ -66,4 +70,26 @@ def test_a_changed_rule_is_caught(oracle, model):
     broken.catalogue = replace(model.catalogue, rules=tuple(r for r in model.catalogue.rules if r.id != "TE-ENV-FUSED-OFF"))
     recs = [r for r in _records() if r["case"]["env"].get("NVTE_FUSED_ATTN") == "0" and r["case"]["cpp"] == "supported"]
     assert recs
+    assert any(oracle.compare(r["te"], broken.answer(r["case"])) for r in recs)
+
+
+def test_subset_covers_the_releases_run_from_tags():
+    recs = _records()
+    versions = {r["case"]["te_version"] for r in recs}
+    assert {"1.0.0", "1.2.1", "1.5.0", "1.8.0", "2.0.0"} <= versions
+    forward = [r for r in recs if r["te"].get("mode") == "forward"]
+    assert {r["te"]["status"] for r in forward} >= {"ok", "raised"}
+    assert {r["te"].get("selected") for r in forward if r["te"]["status"] == "ok"} >= {"te.flash", "te.fused", "te.unfused"}
+
+
+def test_a_dropped_assert_rule_is_caught(oracle, model):
+    """TE 1.x raising is compared too: without the rule for the mask types TE 1.x lacks, the
+    doctor would select a backend where TE's forward stops with an AssertionError."""
+    from dataclasses import replace
+
+    broken = oracle.DoctorModel.__new__(oracle.DoctorModel)
+    broken.catalogue = replace(model.catalogue, rules=tuple(r for r in model.catalogue.rules if r.id != "TE-MASK-TYPE-UNSUPPORTED-TE1"))
+    recs = [r for r in _records() if r["te"].get("mode") == "forward" and "is not supported" in (r["te"].get("error") or "")]
+    assert recs
+    assert all(oracle.compare(r["te"], model.answer(r["case"])) is None for r in recs)
     assert any(oracle.compare(r["te"], broken.answer(r["case"])) for r in recs)
