@@ -121,7 +121,12 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
     if head == "package":
         if facts.packages is None:
             return _unknown(path, facts, "installed packages were not probed")
-        return Value(True, facts.packages.get(canonical_name(rest)))
+        name = canonical_name(rest)
+        if name == "transformer-engine":
+            # TE for PyTorch installed as transformer-engine-torch / -cu12 / -cu13 without the meta
+            # package: these are released in lockstep, so any of them gives TE's version
+            return Value(True, installed_te(facts.packages))
+        return Value(True, facts.packages.get(name))
     if head == "imports":
         name, _, attr = rest.rpartition(".")
         st = facts.imports.get(name)

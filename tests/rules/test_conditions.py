@@ -157,3 +157,15 @@ def test_te_jax_alone_does_not_put_transformer_engine_on_the_path() -> None:
     lib = {"fact": "path.library", "eq": "transformer-engine"}
     assert evaluate(lib, ctx({"packages": {"transformer-engine-torch": "2.8.0", "torch": "2.8.0"}})).value is True
     assert evaluate(lib, ctx({"packages": {"transformer-engine-jax": "2.8.0", "torch": "2.8.0"}})).value is False
+
+
+def test_transformer_engine_version_is_read_from_any_te_distribution() -> None:
+    """TE installed as transformer-engine-torch (+ -cu12) without the meta package still has a version."""
+    window = {"package": "transformer-engine", "version": ">=2.10,<2.19"}
+    only_torch = {"packages": {"transformer-engine-torch": "2.10.0", "transformer-engine-cu12": "2.10.0"}}
+    assert evaluate(window, ctx(only_torch)).value is True
+    assert evaluate({"package": "transformer-engine", "installed": True}, ctx(only_torch)).value is True
+    assert evaluate({"not": window}, ctx({"packages": {"transformer-engine-torch": "2.9.0"}})).value is True
+    assert evaluate({"package": "transformer-engine", "installed": False}, ctx({"packages": {"torch": "2.8.0"}})).value is True
+    # transformer-engine-jax is not TE for PyTorch
+    assert evaluate({"package": "transformer-engine", "installed": False}, ctx({"packages": {"transformer-engine-jax": "2.8.0"}})).value is True
