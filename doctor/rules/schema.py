@@ -90,7 +90,8 @@ TEST_CASE: Dict[str, Any] = {
     "properties": {
         "name": {"type": "string"},
         "gpu": {"type": "string", "pattern": r"^\d+\.\d+$"},
-        "packages": {"type": "object", "additionalProperties": {"type": "string"}},
+        # a released version (PEP 440, local labels allowed): a stray quote or a name is a typo
+        "packages": {"type": "object", "additionalProperties": {"type": "string", "pattern": r"^[0-9][0-9A-Za-z.+!_-]*$"}},
         "env": {"type": "object", "additionalProperties": {"type": "string"}},
         "torch": {"type": "object"},
         "cuda": {"type": "object"},

@@ -43,6 +43,8 @@ def test_good_file_loads(tmp_path: Path) -> None:
         (lambda s: s.replace("{package: torch, version", "{fact: gpu.smm, lt: 1, version"), 7, "unknown fact 'gpu.smm'"),
         (lambda s: s.replace("    sources: [https://github.com/pytorch/pytorch/issues/1]\n", ""), 3, "'sources' is required"),
         (lambda s: s.replace("when: {package", "when: {bogus: 1, package"), 7, ""),
+        # a test case's version with a stray quote (`torch: 2.6.0"`) is a typo, not a version
+        (lambda s: s.replace('fires: [{packages: {torch: "2.6.0"}}]', "fires: [{packages: {torch: 2.6.0\"}}]"), 11, "does not match"),
     ],
 )
 def test_bad_rule_names_file_line_and_rule(tmp_path: Path, edit, line: int, needle: str) -> None:  # type: ignore[no-untyped-def]
