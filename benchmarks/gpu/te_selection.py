@@ -28,7 +28,7 @@ import json
 import sys
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 BASE: Dict[str, Any] = dict(dtype="bf16", head_dim_qk=128, head_dim_v=128, num_heads=32,
                             num_kv_heads=8, seq_len_q=4096, seq_len_kv=4096, batch_size=2,
@@ -109,21 +109,33 @@ MATRIX: Dict[str, List[Any]] = {
 }
 
 
-def matrix(n: int, seed: int) -> List[Dict[str, Any]]:
-    """`n` random workloads over MATRIX (names say the draw), for asking torch alone."""
+def _draws(factors: Dict[str, List[Any]], n: int, seed: int, prefix: str,
+           shape: Callable[[Dict[str, Any]], Optional[Dict[str, Any]]]) -> List[Dict[str, Any]]:
+    """`n` random workloads, one value of each factor per draw (heads, head dims and lengths
+    come as pairs); `shape` adjusts a draw to what the library is asked, or drops it (None)."""
     import random
 
     rng = random.Random(seed)
     out: List[Dict[str, Any]] = []
     while len(out) < n:
-        pick = {k: vals[rng.randrange(len(vals))] for k, vals in MATRIX.items()}
+        pick = {k: vals[rng.randrange(len(vals))] for k, vals in factors.items()}
         (h, hkv), (dqk, dv), (sq, skv) = pick.pop("heads"), pick.pop("head_dims"), pick.pop("seqs")
-        if pick["mask"] == "causal_bottom_right" and sq != skv:
-            continue  # CausalBias's own dispatch, not _fused_sdp_choice (not_comparable)
-        w = dict(BASE, num_heads=h, num_kv_heads=hkv, head_dim_qk=dqk, head_dim_v=dv,
-                 seq_len_q=sq, seq_len_kv=skv, **pick)
-        out.append({"name": f"m{len(out):04d}", **w})
+        w = shape(dict(BASE, num_heads=h, num_kv_heads=hkv, head_dim_qk=dqk, head_dim_v=dv,
+                       seq_len_q=sq, seq_len_kv=skv, **pick))
+        if w is not None:
+            out.append({"name": f"{prefix}{len(out):04d}", **w})
     return out
+
+
+def _sdpa_shape(w: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    if w["mask"] == "causal_bottom_right" and w["seq_len_q"] != w["seq_len_kv"]:
+        return None  # CausalBias's own dispatch, not _fused_sdp_choice (not_comparable)
+    return w
+
+
+def matrix(n: int, seed: int) -> List[Dict[str, Any]]:
+    """`n` random workloads over MATRIX (names say the draw), for asking torch alone."""
+    return _draws(MATRIX, n, seed, "m", _sdpa_shape)
 
 
 # flash-attn 2's own arguments on top (benchmarks/gpu/fa2_ask.py calls its kernels)
@@ -137,22 +149,16 @@ FA2_MATRIX: Dict[str, List[Any]] = dict(
 )
 
 
+def _fa2_shape(w: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    if w["varlen"]:
+        w["qkv_format"] = "thd"
+        w["mask"] = "padding_causal" if w["mask"] == "causal" else "padding"
+    return w
+
+
 def fa2_matrix(n: int, seed: int) -> List[Dict[str, Any]]:
     """`n` random workloads over FA2_MATRIX, for asking flash-attn 2 (fa2_ask.py)."""
-    import random
-
-    rng = random.Random(seed)
-    out: List[Dict[str, Any]] = []
-    while len(out) < n:
-        pick = {k: vals[rng.randrange(len(vals))] for k, vals in FA2_MATRIX.items()}
-        (h, hkv), (dqk, dv), (sq, skv) = pick.pop("heads"), pick.pop("head_dims"), pick.pop("seqs")
-        w = dict(BASE, num_heads=h, num_kv_heads=hkv, head_dim_qk=dqk, head_dim_v=dv,
-                 seq_len_q=sq, seq_len_kv=skv, **pick)
-        if w["varlen"]:
-            w["qkv_format"] = "thd"
-            w["mask"] = "padding_causal" if w["mask"] == "causal" else "padding"
-        out.append({"name": f"f{len(out):04d}", **w})
-    return out
+    return _draws(FA2_MATRIX, n, seed, "f", _fa2_shape)
 
 
 # TransformerEngine's DotProductAttention arguments (kernels/ask.py te_choice asks them)
@@ -179,28 +185,22 @@ TE_MATRIX: Dict[str, List[Any]] = {
 }
 
 
+def _te_shape(w: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    cp_size, cp_comm = w.pop("cp")
+    if w["qkv_format"] == "thd":  # packed sequences: padding masks, as DotProductAttention sees them
+        w["varlen"] = True
+        if not w["mask"].startswith("padding"):
+            if w["mask"] == "arbitrary":
+                return None
+            w["mask"] = "padding" if w["mask"] == "no_mask" else "padding_" + w["mask"]
+    if cp_size > 1:
+        w.update(cp_size=cp_size, cp_comm_type=cp_comm)
+    return w
+
+
 def te_matrix(n: int, seed: int) -> List[Dict[str, Any]]:
     """`n` random workloads over TE_MATRIX, for asking TransformerEngine (kernels/ask.py)."""
-    import random
-
-    rng = random.Random(seed)
-    out: List[Dict[str, Any]] = []
-    while len(out) < n:
-        pick = {k: vals[rng.randrange(len(vals))] for k, vals in TE_MATRIX.items()}
-        (h, hkv), (dqk, dv), (sq, skv) = pick.pop("heads"), pick.pop("head_dims"), pick.pop("seqs")
-        cp_size, cp_comm = pick.pop("cp")
-        w = dict(BASE, num_heads=h, num_kv_heads=hkv, head_dim_qk=dqk, head_dim_v=dv,
-                 seq_len_q=sq, seq_len_kv=skv, **pick)
-        if w["qkv_format"] == "thd":  # packed sequences: padding masks, as DotProductAttention sees them
-            w["varlen"] = True
-            if not w["mask"].startswith("padding"):
-                if w["mask"] == "arbitrary":
-                    continue
-                w["mask"] = "padding" if w["mask"] == "no_mask" else "padding_" + w["mask"]
-        if cp_size > 1:
-            w.update(cp_size=cp_size, cp_comm_type=cp_comm)
-        out.append({"name": f"t{len(out):04d}", **w})
-    return out
+    return _draws(TE_MATRIX, n, seed, "t", _te_shape)
 
 
 def _workload(d: Dict[str, Any]) -> Any:
