@@ -305,9 +305,12 @@ def with_planned_fixes(report: Report, inputs: Inputs, diagnosis: "Diagnosis", r
     from doctor.fix.recheck import recheck
     from doctor.releases.catalogue import load_release_catalogue
 
-    # CONTRACT-* findings come from the code, not the catalogue the planner searches over
-    if not any(f.status == "fired" and f.severity in TARGET_SEVERITIES and f.fixes and not f.rule_id.startswith("CONTRACT-")
-               for f in report.findings):
+    # CONTRACT-* findings come from the code, not the catalogue the planner searches over. A
+    # finding whose own fixes were all dropped by the re-check (each brings up an error) is
+    # still the planner's target: it may clear it another way (a release its rules allow).
+    has_fixes = {r.id for r in inputs.catalogue.rules if r.fixes}
+    if not any(f.status == "fired" and f.severity in TARGET_SEVERITIES and (f.fixes or f.rule_id in has_fixes)
+               and not f.rule_id.startswith("CONTRACT-") for f in report.findings):
         return report
     plan = plan_fixes(load_release_catalogue(releases), inputs.catalogue, inputs.facts, inputs.workload, diagnosis)
     findings: List[Finding] = []
