@@ -157,14 +157,17 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
             return _unknown("torch.arch_list" if facts.torch.arch_list is None else "gpu.sm", facts, "not probed")
         return Value(True, all(arch_runs_on(facts.torch.arch_list, g.sm) for g in facts.gpus))
     if path == "te.fp8_attention":
-        # Whether TransformerEngine's attention runs in FP8: an FP8 workload, unless TE >= 2.8 is
-        # told NVTE_DPA_FP8_RECIPE=F16 (fp8_dpa off: attention in the high-precision dtype).
+        # Whether TransformerEngine's attention runs in FP8: an FP8 workload, from TE 1.6 (the
+        # recipe's fp8_dpa; v1.5 attention.py has no FP8 at all), unless TE >= 2.8 is told
+        # NVTE_DPA_FP8_RECIPE=F16 (fp8_dpa off: attention in the high-precision dtype).
         if workload.dtype != "fp8":
             return Value(True, False)
         if facts.packages is None:
             return _unknown(path, facts, "installed packages were not probed")
         te = installed_te(facts.packages)
         rel = release(te) if te is not None else None
+        if rel is not None and rel.release < (1, 6):
+            return Value(True, False)  # no fp8_dpa before TE 1.6: attention stays in fp16/bf16
         if rel is None or rel.release < (2, 8):
             return Value(True, True)
         if facts.env is None:

@@ -148,6 +148,8 @@ def test_te_fp8_attention_follows_the_f16_switch_from_te_2_8() -> None:
     assert evaluate(fact, ctx({"packages": {"transformer-engine": "2.8.0"}, "env": f16}, dtype="fp8")).value is False
     assert evaluate(fact, ctx({"packages": {"transformer-engine-torch": "2.20.2"}, "env": f16}, dtype="fp8")).value is False
     assert evaluate(fact, ctx({"packages": {"transformer-engine": "2.7.0"}, "env": f16}, dtype="fp8")).value is True
+    assert evaluate(fact, ctx({"packages": {"transformer-engine": "1.6.0"}, "env": {}}, dtype="fp8")).value is True
+    assert evaluate(fact, ctx({"packages": {"transformer-engine": "1.5.0"}, "env": {}}, dtype="fp8")).value is False  # no fp8_dpa
     assert evaluate(fact, ctx({"packages": {"transformer-engine": "2.8.0"}, "env": {}}, dtype="bf16")).value is False
     assert evaluate(fact, ctx({"packages": {"transformer-engine": "2.8.0"}}, dtype="fp8")).value is None  # env not probed
 
