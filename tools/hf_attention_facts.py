@@ -18,7 +18,7 @@ shipped). Writes rules/evidence/transformers_attention.json, which the product
 where the set of attention implementations its classes declare changed, and the new set (null
 where the family left the package). A family's set is read from the class flags
 `_supports_sdpa`, `_supports_flash_attn_2` / `_supports_flash_attn`, `_supports_flash_attn_3`
-and `_supports_flex_attn` set to True in its modeling_*.py; transformers checks these flags when
+and `_supports_flex_attn` set to True (or defined as a property) in its modeling_*.py; transformers checks these flags when
 a model is loaded with `attn_implementation=...` and raises when one is missing (GPT-2 has never
 set `_supports_flex_attn`). From 4.54 `_supports_flash_attn` covers FlashAttention 2 and 3;
 before it, `_supports_flash_attn_2` covered FlashAttention 2 only. The folder name is taken as
@@ -41,11 +41,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _artifacts  # noqa: E402
 
 IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+# A flag set to True, or defined as a property (composite models such as llava 4.37-4.45 forward
+# their language model's flag): transformers reads the flag on the class, where a property
+# object is truthy, so loading with that implementation passes (run with transformers 4.44.2).
 FLAGS = {
-    "sdpa": re.compile(r"^\s+_supports_sdpa\s*=\s*True", re.M),
-    "flash_attention_2": re.compile(r"^\s+_supports_flash_attn(?:_2)?\s*=\s*True", re.M),
-    "flash_attention_3": re.compile(r"^\s+_supports_flash_attn(?:_3)?\s*=\s*True", re.M),
-    "flex_attention": re.compile(r"^\s+_supports_flex_attn\s*=\s*True", re.M),
+    "sdpa": re.compile(r"^\s+(?:_supports_sdpa\s*=\s*True|def _supports_sdpa\(self\))", re.M),
+    "flash_attention_2": re.compile(r"^\s+(?:_supports_flash_attn(?:_2)?\s*=\s*True|def _supports_flash_attn(?:_2)?\(self\))", re.M),
+    "flash_attention_3": re.compile(r"^\s+(?:_supports_flash_attn(?:_3)?\s*=\s*True|def _supports_flash_attn(?:_3)?\(self\))", re.M),
+    "flex_attention": re.compile(r"^\s+(?:_supports_flex_attn\s*=\s*True|def _supports_flex_attn\(self\))", re.M),
 }
 FA3_ONLY = re.compile(r"^\s+_supports_flash_attn_3\s*=\s*True", re.M)
 MODELING = "transformers/models/*/modeling_*.py"
