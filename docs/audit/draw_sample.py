@@ -18,7 +18,7 @@ the commit it was drawn at:
   second whole-catalogue audit (docs/audit/catalogue2/); the commit it was drawn at is named in sample-5.md.
 - sample 6 (seed 202611226, 30 rules): its seed was committed before the third pass (the TE
   releases older than the oracle's, and the path that runs) and before the draw; the commit it
-  was drawn at is named in sample-6.md.
+  was drawn at is named in sample-6.md (1914baa).
 """
 
 from __future__ import annotations
