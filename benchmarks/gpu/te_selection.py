@@ -311,18 +311,9 @@ def main(argv: List[str]) -> int:
         Path(argv[1]).write_text(json.dumps({"workloads": workloads()}, indent=1) + "\n")
         print(f"{len(workloads())} workloads -> {argv[1]}")
         return 0
-    if argv[:1] == ["matrix"]:
-        ws = matrix(int(argv[1]), int(argv[2]))
-        Path(argv[3]).write_text(json.dumps({"workloads": ws}, indent=1) + "\n")
-        print(f"{len(ws)} workloads -> {argv[3]}")
-        return 0
-    if argv[:1] == ["fa2-matrix"]:
-        ws = fa2_matrix(int(argv[1]), int(argv[2]))
-        Path(argv[3]).write_text(json.dumps({"workloads": ws}, indent=1) + "\n")
-        print(f"{len(ws)} workloads -> {argv[3]}")
-        return 0
-    if argv[:1] == ["te-matrix"]:
-        ws = te_matrix(int(argv[1]), int(argv[2]))
+    draws = {"matrix": matrix, "fa2-matrix": fa2_matrix, "te-matrix": te_matrix}
+    if argv[:1] and argv[0] in draws:
+        ws = draws[argv[0]](int(argv[1]), int(argv[2]))
         Path(argv[3]).write_text(json.dumps({"workloads": ws}, indent=1) + "\n")
         print(f"{len(ws)} workloads -> {argv[3]}")
         return 0

@@ -65,6 +65,11 @@ def is_known_fact_path(path: str) -> bool:
     return path in FACT_PATHS or path in WHEEL_FACT_PATHS or path.startswith(FACT_PREFIXES)
 
 
+def te_dpa_f16(te_release: Tuple[int, ...], switch: Optional[str]) -> bool:
+    """NVTE_DPA_FP8_RECIPE=F16, which TE reads from 2.8: attention stays out of FP8."""
+    return te_release >= (2, 8) and switch == "F16"
+
+
 def te_dpa_fp8_recipe(te: str, sm: Optional[int], stated: Optional[str], framework: Optional[str],
                       switch: Optional[str]) -> Optional[str]:
     """The FP8 recipe TransformerEngine's attention runs with, for TE release `te`: the recipe
@@ -91,10 +96,10 @@ def te_dpa_fp8_recipe(te: str, sm: Optional[int], stated: Optional[str], framewo
             recipe = "current"
         else:
             recipe = "delayed"
+    if te_dpa_f16(v, switch):
+        return "f16"
     if v < (2, 8) or not switch:
         return recipe
-    if switch == "F16":
-        return "f16"
     if switch == "DelayedScaling" and (recipe in ("current", "nvfp4") or (recipe == "mxfp8" and v >= (2, 15))):
         return "delayed"
     if switch == "Float8CurrentScaling" and (recipe in ("delayed", "nvfp4") or (recipe == "mxfp8" and v >= (2, 15))):
@@ -169,10 +174,10 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
         if rel is not None and rel.release < (1, 6):
             return Value(True, False)  # no fp8_dpa before TE 1.6: attention stays in fp16/bf16
         if rel is None or rel.release < (2, 8):
-            return Value(True, True)
+            return Value(True, True)  # no TE, or a TE that does not read the switch
         if facts.env is None:
             return _unknown("env.NVTE_DPA_FP8_RECIPE", facts, "environment variables were not probed")
-        return Value(True, facts.env.get("NVTE_DPA_FP8_RECIPE") != "F16")
+        return Value(True, not te_dpa_f16(rel.release, facts.env.get("NVTE_DPA_FP8_RECIPE")))
     if path == "te.fp8_recipe":
         if facts.packages is None:
             return _unknown(path, facts, "installed packages were not probed")
