@@ -70,8 +70,8 @@ GOLDEN: List[Tuple[str, Dict[str, Any], Optional[str], Tuple[str, ...], Tuple[st
      "te.fused", ("TE-CP-SLIDING-WINDOW-COMM-TYPE",), ("TE-CP-FLASH-ATTN-SOFTCAP",), f"{TE}@v1.13:transformer_engine/pytorch/attention.py:4331-4335"),
     ("P3", case("1.8.0", "8.0", "9.1.0", "2.6.3", env={"NVTE_FLASH_ATTN": "0"}),
      "te.fused", (), ("TE-FA2-VERSION-ASSERT",), f"{TE}@v1.8:transformer_engine/pytorch/attention.py:4429-4438,4463 (FlashAttention() built only when used)"),
-    ("P5", case("1.7.0", "9.0", "9.1.0", "2.5.8", seq_len=1000),
-     "te.flash", (), (), f"{TE}@v1.7:transformer_engine/common/fused_attn/fused_attn.cpp:138 (seq len multiple of 64 before cuDNN 9)"),
+    ("P5", case("1.9.0.post1", "9.0", "8.9.7", "2.5.8", seq_len=1000),
+     "te.flash", (), (), f"{TE}@v1.9:transformer_engine/common/fused_attn/fused_attn.cpp:128 (seq len multiple of 64 before cuDNN 9)"),
 ]
 
 
