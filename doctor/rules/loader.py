@@ -455,10 +455,6 @@ def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> 
                         f"framework {fw.id}: selection names unknown backend {bid!r}", path=fw.path, line=fw.line
                     )
 
-    def refs(cond: Any) -> Iterable[str]:
-        for bid, _ in leaves(cond):
-            yield bid
-
     def leaves(cond: Any) -> Iterable[Tuple[str, Dict[str, Any]]]:
         if isinstance(cond, dict):
             if "backend" in cond:
@@ -492,7 +488,7 @@ def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> 
                     f"rule {r.id}: refers to {bid!r}, a member of {member_of[bid]!r}",
                     path=r.path,
                     line=r.line,
-                    hint=f"findings read the family's availability: use backend {member_of[bid]}",
+                    hint=f"backend rules and `selected` read the family ({member_of[bid]}); a finding may read a member with `available`",
                 )
             if r.disables:
                 raise RuleError(
