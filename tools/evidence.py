@@ -49,7 +49,7 @@ PYPI_JSON = "https://pypi.org/pypi/{name}/json"
 # --------------------------------------------------------------------------- versions
 
 sys.path.insert(0, str(ROOT))
-from doctor.rules.evidence import Verdict, derive_range, entry_key, judge  # noqa: E402
+from doctor.rules.evidence import Verdict, default_floors, derive_range, entry_key, judge  # noqa: E402
 
 __all__ = ["Verdict", "derive_range", "entry_key", "judge", "main"]
 
@@ -457,8 +457,9 @@ def summary(lock: Mapping[str, Any]) -> str:
 
     coverage = load_oracle_coverage()
     table: Dict[str, Dict[str, int]] = {}
-    for rule in load_catalogue(use_cache=False).rules:
-        for pkg, _spec, level in condition_standings(rule, lock, coverage):
+    cat = load_catalogue(use_cache=False)
+    for rule in cat.rules:
+        for pkg, _spec, level in condition_standings(rule, lock, coverage, cat.floors):
             row = table.setdefault(pkg, {})
             row[level] = row.get(level, 0) + 1
     levels = [lv for lv in CONDITION_LEVELS if any(lv in row for row in table.values())]
@@ -504,12 +505,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     run = Run(args.cache, mirrors=mirrors)
     new = evaluate(entries, run, lambda s: print(s, file=sys.stderr))
     bad = 0
+    floors = default_floors()
     for e in entries:
         rec = new["records"].get(f"{e.rule}#{e.index}")
         if rec is None:
             print(f"SKIPPED  {e.rule}#{e.index} {e.package}: its releases could not be read")
             continue
-        v = judge(e.spec, rec)
+        v = judge(e.spec, rec, floors)
         tag = "ok" if v.ok else ("INFERRED" if e.inferred else "DIFFERS")
         bad += 0 if v.ok or e.inferred else 1
         print(f"{tag:8} {e.rule}#{e.index} {e.package} range {e.spec['range']!r} derived {v.derived!r}" + (f"  ({v.problem})" if v.problem else ""))

@@ -384,6 +384,11 @@ def doctor_case(case: Dict[str, Any]) -> Dict[str, Any]:
 # --------------------------------------------------------------------------- comparison
 
 
+def left_undecided(doc: Dict[str, Any]) -> bool:
+    """The doctor's answer for a release below its coverage: no backend judged, none selected."""
+    return doc["selected"] is None and all(v is None for v in doc["available"].values())
+
+
 def compare(te: Dict[str, Any], doc: Dict[str, Any]) -> Optional[str]:
     """None when they agree, else what differs."""
     if te["status"] == "construct_error" and te.get("mode") == "forward" and "FlashAttention" not in te["error"]:
@@ -442,6 +447,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             te_answers = {v: f.result() for v, f in futures.items()}
 
     model = DoctorModel()
+    floor = model.catalogue.floors.get("transformer-engine")
     total = agree = 0
     by_version: Dict[str, Dict[str, Any]] = {}
     disagreements: List[Dict[str, Any]] = []
@@ -450,6 +456,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     dump = open(args.cases_out, "w", encoding="utf-8") if args.cases_out else None
     coverage: Dict[str, Dict[str, Any]] = {}
     for v in versions:
+        if floor and _vkey(v) < _vkey(floor):
+            # below the catalogue's coverage: the doctor must decide nothing (doctor.rules.evaluate)
+            judged = [c for c, te in zip(cases[v], te_answers[v]) if te["status"] != "not_applicable" and not left_undecided(model.answer(c))]
+            by_version[v] = {"not_covered": True, "cases": len(cases[v]), "judged_anyway": len(judged)}
+            continue
         n = a = 0
         for case, te in zip(cases[v], te_answers[v]):
             if te["status"] == "not_applicable":

@@ -101,9 +101,9 @@ def show_rule(
 
 def _confidence_lines(r: Any) -> List[str]:
     """How the rule's version ranges stand against released artifacts (rules/evidence.lock.json)."""
-    from doctor.rules.evidence import load_lock, load_oracle_coverage, standing, version_bounded
+    from doctor.rules.evidence import default_floors, load_lock, load_oracle_coverage, standing, version_bounded
 
-    st = standing(r, load_lock(), version_bounded(r.when), load_oracle_coverage())
+    st = standing(r, load_lock(), version_bounded(r.when), load_oracle_coverage(), default_floors())
     if st.level is None:
         return []
     what = {
@@ -133,11 +133,12 @@ def _evidence_levels(paths: List[Path]) -> Dict[str, List[str]]:
     lock = load_lock()
     coverage = load_oracle_coverage()
     levels: Dict[str, List[str]] = {}
-    for r in load_catalogue(extra, builtin=True, shadow=True).rules:
+    cat = load_catalogue(extra, builtin=True, shadow=True)
+    for r in cat.rules:
         where = Path(r.path).resolve()
         if own and not any(where == p or p in where.parents for p in own):
             continue
-        st = standing(r, lock, version_bounded(r.when), coverage)
+        st = standing(r, lock, version_bounded(r.when), coverage, cat.floors)
         if st.level:
             levels.setdefault(st.level, []).append(r.id)
     return levels

@@ -89,6 +89,10 @@ def framework_detail(fw: str, report: Report) -> Optional[str]:
         n = sum(1 for b in bs if b.available)
         return f"uses {sel.name} ({n}/{len(bs)} backends available)"
     if any(b.available is None for b in bs):
+        why = {b.reasons for b in bs}
+        if len(why) == 1 and len(next(iter(why))) == 1 and all(b.available is None for b in bs):
+            # one reason for every backend (an install older than the catalogue covers)
+            return "backend choice undecided: " + next(iter(why))[0].split(" (")[0]
         return "backend choice undecided (unknown facts)"
     return "no backend for this workload"
 

@@ -1,6 +1,8 @@
 """Evaluate the catalogue: which backend each framework can use and would pick, then findings.
 
-1. A framework counts when its `installed` condition holds.
+1. A framework counts when its `installed` condition holds. Below the release its `covers:`
+   names, nothing about it is decided: its backends are undecided and the rules that would
+   switch them off are not evaluated (a finding says the install is older than what is checked).
 2. A backend is available when its library is installed and no `disables` rule fires;
    an undecidable disabling rule makes availability unknown, never "available".
 3. Each framework picks the first available backend in its preference order for this GPU.
@@ -17,7 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from doctor.model import BackendStatus, Facts, Finding, FindingStatus, Severity, Workload
 from doctor.rules.callpath import CallPath, infer
 from doctor.rules.conditions import Context, Outcome, evaluate
-from doctor.rules.loader import Backend, Catalogue, Rule
+from doctor.rules.loader import Backend, Catalogue, Framework, Rule
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,19 @@ def render(template: str, ctx: Context) -> str:
     return _PLACEHOLDER.sub(sub, template)
 
 
+def _uncovered(fw: Framework, ctx: Context) -> Optional[str]:
+    """Why this framework's install is older than what the catalogue checks, or None."""
+    cov = fw.covers
+    if cov is None or evaluate({"package": cov.package, "version": f">={cov.since}"}, ctx).value is not False:
+        return None
+    return f"{fw.name} {render('{package.' + cov.package + '}', ctx)} is older than {cov.since}, the oldest release attn-doctor checks ({cov.why})"
+
+
+def _not_checked(b: Backend, fw_id: str, why: str) -> BackendStatus:
+    members = tuple(_not_checked(m, fw_id, why) for m in b.members)
+    return BackendStatus(id=b.id, framework=fw_id, name=b.name, available=None, reasons=(why,), members=members)
+
+
 def _backends(
     cat: Catalogue, facts: Facts, workload: Workload
 ) -> Tuple[Dict[str, BackendStatus], Dict[str, Optional[str]], Dict[str, Optional[bool]], Dict[str, Outcome]]:
@@ -92,6 +107,16 @@ def _backends(
     for fw in cat.frameworks:
         fw_in = evaluate(fw.installed, ctx)
         if fw_in.value is False:
+            continue
+        why = _uncovered(fw, ctx)
+        if why is not None:
+            for b in fw.backends:
+                statuses[b.id] = _not_checked(b, fw.id, why)
+                for bid in (b.id, *(m.id for m in b.members)):
+                    for rule in by_backend.get(bid, ()):
+                        outcomes[rule.id] = Outcome(None, (why,))
+            selections[fw.id] = None
+            has_backend[fw.id] = None
             continue
         for b in fw.backends:
             statuses[b.id] = _status(b, fw.id, fw_in, by_backend, ctx, outcomes)

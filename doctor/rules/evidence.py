@@ -68,14 +68,27 @@ class Verdict:
     problem: str = ""
 
 
-def judge(entry: Mapping[str, Any], record: Mapping[str, Any]) -> Verdict:
+def default_floors() -> Dict[str, str]:
+    """The built-in catalogue's coverage floors (package -> oldest release it checks)."""
+    from doctor.rules.loader import load_catalogue
+
+    return load_catalogue().floors
+
+
+def judge(entry: Mapping[str, Any], record: Mapping[str, Any], floors: Optional[Mapping[str, str]] = None) -> Verdict:
     """Compare an evidence entry with its lock record. Exact entries must hold on exactly the
-    scanned releases inside `range`; `within: true` entries on every one of them."""
+    scanned releases inside `range`; `within: true` entries on every one of them. Releases
+    below the package's coverage floor (`floors`, from the frameworks' `covers:`) are left out
+    on both sides: the catalogue makes no claim there, so `<2.1` agrees with a derived
+    `>=1.2,<2.1` when TE is checked from 1.9 on."""
     try:
         scanned = sorted(set(record["holds"]) | set(record["fails"]), key=_key)
+        floor = (floors or {}).get(entry.get("package", ""))
+        if floor:
+            scanned = [v for v in scanned if _key(v) >= _key(floor)]
     except InvalidVersion as exc:
         return Verdict(False, [], [], "", f"unreadable lock record: {exc}")
-    holds = sorted(record["holds"], key=_key)
+    holds = sorted((v for v in record["holds"] if v in scanned), key=_key)
     claimed = [v for v in scanned if _matches(v, entry["range"])]
     derived = derive_range(scanned, holds)
     missing = [v for v in claimed if v not in record["holds"]]
@@ -137,7 +150,7 @@ class Standing:
 
 
 def standing(rule: Any, lock: Mapping[str, Any], version_bounded: bool,
-             coverage: Optional[Mapping[str, Any]] = None) -> Standing:
+             coverage: Optional[Mapping[str, Any]] = None, floors: Optional[Mapping[str, str]] = None) -> Standing:
     lines: List[str] = []
     level: Optional[str] = None
     bad = stale = False
@@ -149,7 +162,7 @@ def standing(rule: Any, lock: Mapping[str, Any], version_bounded: bool,
             stale = True
             lines.append(f"{head}: not in the evidence lock (run tools/evidence.py)")
             continue
-        v = judge(entry, rec)
+        v = judge(entry, rec, floors)
         bad = bad or not v.ok
         src = rec.get("source", "")
         lines.append(f"{head}: {'agrees' if v.ok else 'DIFFERS'}, released artifacts say {v.derived!r} ({src})" + (f": {v.problem}" if v.problem and not v.ok else ""))
@@ -212,7 +225,7 @@ CONDITION_LEVELS = ("derived", "within", "oracle", "inferred", "other-package", 
 
 
 def condition_standings(rule: Any, lock: Mapping[str, Any],
-                        coverage: Optional[Mapping[str, Any]] = None) -> List[tuple]:
+                        coverage: Optional[Mapping[str, Any]] = None, floors: Optional[Mapping[str, str]] = None) -> List[tuple]:
     """How each version condition of a rule stands, as (package, spec, level). A rule's own
     standing is 'derived' when every evidence entry agrees; this is the finer view, one
     condition at a time: 'derived' (an exact entry on that package and range agrees with the
@@ -222,7 +235,7 @@ def condition_standings(rule: Any, lock: Mapping[str, Any],
     is on another package: e.g. TE's source naming the flash-attn versions it accepts),
     'none', or 'stale'/'differs' for an exact entry the lock does not confirm."""
     records = lock.get("records", {})
-    rule_level = standing(rule, lock, version_bounded(rule.when), coverage).level
+    rule_level = standing(rule, lock, version_bounded(rule.when), coverage, floors).level
     out: List[tuple] = []
     for pkg, spec in version_conditions(rule.when):
         level = "none"
@@ -235,7 +248,7 @@ def condition_standings(rule: Any, lock: Mapping[str, Any],
                 continue
             if rec is None or rec.get("key") != entry_key(entry):
                 level = "stale"
-            elif judge(entry, rec).ok:
+            elif judge(entry, rec, floors).ok:
                 level = "derived"
             else:
                 level = "differs"

@@ -20,7 +20,7 @@ from doctor.model import Fix, Pin, Severity
 from doctor.versions import canonical_name, parse_pin
 from doctor.yamlio import read_yaml
 
-CACHE_FORMAT = 5
+CACHE_FORMAT = 6
 
 
 # --------------------------------------------------------------------------- values
@@ -55,6 +55,15 @@ class Selection:
 
 
 @dataclass(frozen=True)
+class Coverage:
+    """The oldest release of a package whose behaviour the catalogue checks (`covers:`)."""
+
+    package: str
+    since: str
+    why: str
+
+
+@dataclass(frozen=True)
 class Framework:
     id: str
     name: str
@@ -64,6 +73,7 @@ class Framework:
     sources: Tuple[str, ...]
     path: str
     line: int
+    covers: Optional[Coverage] = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,11 @@ class Catalogue:
     @property
     def backends(self) -> Dict[str, Backend]:
         return {b.id: b for fw in self.frameworks for b in fw.backends}
+
+    @property
+    def floors(self) -> Dict[str, str]:
+        """Package -> the oldest release the catalogue checks (the frameworks' `covers:`)."""
+        return {fw.covers.package: fw.covers.since for fw in self.frameworks if fw.covers}
 
     def rule(self, rule_id: str) -> Rule:
         for r in self.rules:
@@ -304,6 +319,7 @@ def _build(path: Path, doc: Mapping[str, Any]) -> Tuple[List[Framework], List[Ru
                 sources=tuple(fw["sources"]),
                 path=str(path),
                 line=getattr(fw, "line", 0),
+                covers=Coverage(**fw["covers"]) if fw.get("covers") else None,
             )
         )
     rules = []
@@ -550,6 +566,7 @@ def _from_json(doc: Mapping[str, Any]) -> Catalogue:
                 "backends": tuple(_backend_from_json(b) for b in f["backends"]),
                 "selection": tuple(Selection(**{**s, "order": tuple(s["order"])}) for s in f["selection"]),
                 "sources": tuple(f["sources"]),
+                "covers": Coverage(**f["covers"]) if f.get("covers") else None,
             }
         )
         for f in doc["frameworks"]

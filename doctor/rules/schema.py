@@ -253,6 +253,18 @@ FRAMEWORK: Dict[str, Any] = {
                 "additionalProperties": False,
             },
         },
+        # the oldest release of the framework's package whose selection the catalogue checks:
+        # below it no rule that disables one of its backends is evaluated (doctor.rules.evaluate)
+        "covers": {
+            "type": "object",
+            "required": ["package", "since", "why"],
+            "properties": {
+                "package": {"type": "string"},
+                "since": {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)*$"},
+                "why": {"type": "string"},
+            },
+            "additionalProperties": False,
+        },
         "sources": {"type": "array", "items": {"type": "string", "pattern": r"^https?://"}, "minItems": 1},
     },
     "additionalProperties": False,

@@ -34,7 +34,7 @@ def test_rule_range_matches_released_artifacts(rule: Any, index: int, entry: Any
     rerun = f"run: python tools/evidence.py --rule {rule.id}"
     assert rec is not None, f"{where}: not in rules/evidence.lock.json ({rerun})"
     assert rec["key"] == tool.entry_key(entry), f"{where}: the entry changed since the lock was written ({rerun})"
-    verdict = tool.judge(entry, rec)
+    verdict = tool.judge(entry, rec, CAT.floors)
     if rule.confidence == "inferred":
         return  # reported as inferred by `rules show` and `rules lint`
     assert verdict.ok, (
@@ -76,6 +76,28 @@ def test_judge_flags_a_range_that_starts_too_late() -> None:
     assert within.ok
 
 
+def test_judge_leaves_out_releases_below_the_coverage_floor() -> None:
+    """TE is checked from 1.9 on: a rule's `<2.1` agrees with a behaviour that holds from 1.2 to
+    2.0, and a range that stops short of 1.9 or runs past 2.0 still disagrees."""
+    rec = {"holds": ["1.2", "1.8", "1.9.0.post1", "2.0"], "fails": ["1.0", "2.1.0", "2.2.0"]}
+    floors = {"transformer-engine": "1.9"}
+    assert not tool.judge({"package": "transformer-engine", "range": "<2.1"}, rec).ok
+    clipped = tool.judge({"package": "transformer-engine", "range": "<2.1"}, rec, floors)
+    assert clipped.ok and clipped.derived == "<2.1.0"
+    assert not tool.judge({"package": "transformer-engine", "range": "<2.2"}, rec, floors).ok
+    assert not tool.judge({"package": "transformer-engine", "range": "<2.0"}, rec, floors).ok
+    # other packages are not clipped
+    assert not tool.judge({"package": "transformers", "range": "<2.1"}, rec, floors).ok
+
+
+def test_the_catalogue_checks_transformer_engine_from_1_9() -> None:
+    """The floor the evidence comparison uses is the TE framework's `covers:`, and the finding
+    that tells users about an older TE names the same release."""
+    assert CAT.floors == {"transformer-engine": "1.9"}
+    rule = CAT.rule("TE-OLDER-THAN-COVERED")
+    assert {"package": "transformer-engine", "version": f"<{CAT.floors['transformer-engine']}"} in rule.when["all"]
+
+
 def test_condition_standings_show_which_condition_the_evidence_fixes() -> None:
     """A rule whose one evidence entry agrees stands 'derived' as a whole; the per-condition view
     still says that its second version condition rests on that entry's package, not its own."""
@@ -105,6 +127,6 @@ def test_condition_standings_show_which_condition_the_evidence_fixes() -> None:
 def test_every_version_condition_of_the_catalogue_has_a_standing() -> None:
     """No version condition is left without evidence, an oracle check or a stated reason."""
     coverage = tool.load_oracle_coverage()
-    bare = [f"{r.id}: {p} {s!r}" for r in CAT.rules for p, s, level in tool.condition_standings(r, LOCKED, coverage)
+    bare = [f"{r.id}: {p} {s!r}" for r in CAT.rules for p, s, level in tool.condition_standings(r, LOCKED, coverage, CAT.floors)
             if level in ("none", "stale", "differs") and not (level == "differs" and r.confidence == "inferred")]
     assert not bare, f"version conditions without a standing: {bare[:10]}"

@@ -1,0 +1,52 @@
+"""Below a framework's `covers:` release nothing about its backends is decided.
+
+TransformerEngine is checked from 1.9 on (rules/backends/transformer_engine.yaml). An older TE
+must not get a backend choice, nor findings from rules written for newer releases: its backends
+are undecided, the rules that would switch them off are "not evaluated" with the reason, and
+TE-OLDER-THAN-COVERED tells the user. From 1.9 the same workload is judged as usual.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import pytest
+
+from doctor.rules.cases import case_inputs
+from doctor.rules.evaluate import diagnose
+from doctor.rules.loader import load_catalogue
+
+
+@pytest.fixture(scope="module")
+def cat():  # type: ignore[no-untyped-def]
+    return load_catalogue(use_cache=False)
+
+
+def _diagnose(cat: Any, te: str, gpu: str = "7.5") -> Any:
+    pkgs: Dict[str, str] = {"transformer-engine": te, "torch": "2.3.0", "flash-attn": "2.5.8"}
+    facts, workload = case_inputs({"packages": pkgs, "gpu": gpu, "cudnn": {"version": "9.1.0"}, "workload": {"framework": "megatron"}})
+    return diagnose(cat, facts, workload)
+
+
+def test_te_below_1_9_is_not_judged(cat) -> None:  # type: ignore[no-untyped-def]
+    d = _diagnose(cat, "1.8.0")
+    te = [b for b in d.backends if b.framework == "transformer-engine"]
+    assert {b.id for b in te} == {"te.flash", "te.fused", "te.unfused"}
+    for b in te:
+        assert b.available is None and not b.selected
+        assert "older than 1.9" in b.reasons[0] and "TransformerEngine 1.8.0" in b.reasons[0]
+        assert all(m.available is None for m in b.members)
+    assert dict(d.selections)["transformer-engine"] is None
+    # FusedAttention needs sm80: on a T4 that rule fires from 1.9, but is not evaluated on 1.8
+    assert d.result("TE-FUSED-SM-LT-80").status == "not_evaluated"
+    assert "older than 1.9" in d.result("TE-FUSED-SM-LT-80").missing[0]
+    assert "TE-OLDER-THAN-COVERED" in {f.rule_id for f in d.findings if f.status == "fired"}
+
+
+def test_te_1_9_is_judged(cat) -> None:  # type: ignore[no-untyped-def]
+    d = _diagnose(cat, "1.9.0.post1")
+    fused = next(b for b in d.backends if b.id == "te.fused")
+    assert fused.available is False and "TE-FUSED-SM-LT-80" in fused.rule_ids
+    assert d.result("TE-FUSED-SM-LT-80").status == "fired"
+    assert "TE-OLDER-THAN-COVERED" not in {f.rule_id for f in d.findings}
+    assert dict(d.selections)["transformer-engine"] is not None
