@@ -88,8 +88,6 @@ CPP_RULES = frozenset(
         "TE-FUSED-SLIDING-WINDOW",
         "TE-FUSED-FP8",
         "TE-FUSED-DETERMINISTIC",
-        # TE 0.12-1.1 only (C++ shapes plus two Python drops), below every wheel the oracle runs
-        "TE-FUSED-TE-LT-1-2",
     }
 )
 

@@ -21,9 +21,9 @@ TE_MATRIX = ROOT / "docs" / "gpu-runs" / "2026-11-22-h100-te-matrix"
 # The workloads where TE 2.20.2 on the H100 still disagrees with the doctor, each explained in
 # docs/gpu-runs/README.md; a new disagreement, or one that goes away, fails the test.
 TE_MATRIX_KNOWN = {
-    "wheelcudnn": {"t1794", "t2482"},
+    "wheelcudnn": {"t2482"},
     # TE loads the image's cuDNN 9.14 while torch loads its wheel's 9.19: the doctor reads 9.19
-    "systemcudnn": {"t1794", "t2482", "t0445", "t1342"},
+    "systemcudnn": {"t2482", "t0445", "t1342"},
 }
 
 

@@ -75,6 +75,8 @@ GOLDEN: List[Tuple[str, Dict[str, Any], Optional[str], Tuple[str, ...], Tuple[st
      None, ("TE-OLDER-THAN-COVERED",), ("TE-FA2-VERSION-ASSERT",), "rules/backends/transformer_engine.yaml covers: TE >= 1.9"),
     ("P5", case("1.7.0", "9.0", "9.1.0", "2.5.8", seq_len=1000),
      None, ("TE-OLDER-THAN-COVERED",), (), "rules/backends/transformer_engine.yaml covers: TE >= 1.9"),
+    ("P5b", case("1.9.0.post1", "9.0", "8.9.7", "2.5.8", seq_len=1000),
+     "te.flash", (), (), f"{TE}@v1.9:transformer_engine/common/fused_attn/fused_attn.cpp:128 (seq len multiple of 64 before cuDNN 9)"),
 ]
 
 
