@@ -311,6 +311,15 @@ class Workload:
         return self.window_size is not None and tuple(self.window_size) != (-1, -1)
 
     @property
+    def window_shorter_than_seq(self) -> bool:
+        """A left window that leaves keys out: window_size[0] + 1 keys (the key itself and the
+        window_size[0] before it) are fewer than seq_len_kv. False without a window."""
+        if not self.sliding_window:
+            return False
+        left = self.window_size[0]
+        return left >= 0 and self.seq_len_kv > left + 1
+
+    @property
     def bottom_right(self) -> bool:
         return self.mask.endswith("bottom_right")
 
@@ -380,6 +389,7 @@ WORKLOAD_DERIVED = (
     "cp_comm_type",
     "cp_impl",
     "sliding_window",
+    "window_shorter_than_seq",
     "bottom_right",
     "causal",
     "padding",

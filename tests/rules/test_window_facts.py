@@ -1,0 +1,27 @@
+"""workload.window_shorter_than_seq: a left window that leaves keys out of the sequence (the
+sliding-window regressions only change results when the keys outnumber the window)."""
+
+from __future__ import annotations
+
+from doctor.model import WORKLOAD_DERIVED, Workload
+
+
+def _wl(window, seq_kv: int) -> Workload:
+    return Workload(window_size=window, seq_len_q=seq_kv, seq_len_kv=seq_kv)
+
+
+def test_a_window_shorter_than_the_keys() -> None:
+    # HF sliding_window=4096 becomes window_size (4095, 0): 4096 keys per query
+    assert not _wl((4095, 0), 4096).window_shorter_than_seq
+    assert _wl((4095, 0), 4097).window_shorter_than_seq
+    assert _wl((4096, 0), 8192).window_shorter_than_seq
+
+
+def test_no_window_or_an_unbounded_left_side() -> None:
+    assert not _wl(None, 8192).window_shorter_than_seq
+    assert not _wl((-1, -1), 8192).window_shorter_than_seq
+    assert not _wl((-1, 0), 8192).window_shorter_than_seq
+
+
+def test_the_fact_is_readable_by_rules() -> None:
+    assert "window_shorter_than_seq" in WORKLOAD_DERIVED
