@@ -390,6 +390,8 @@ def _evaluate_leaf(cond: Mapping[str, Any], ctx: Context) -> Outcome:
     """The leaves that read the diagnosis so far: backend availability and selection."""
     if "backend" in cond:
         st = ctx.backends.get(cond["backend"])
+        if st is None:  # a family member (findings only: the loader allows `available` alone)
+            st = next((m for b in ctx.backends.values() for m in b.members if m.id == cond["backend"]), None)
         if st is None:
             return FALSE if cond.get("available", True) or cond.get("selected") else TRUE
         if "available" in cond:

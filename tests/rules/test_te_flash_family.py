@@ -135,3 +135,42 @@ def test_compose_must_name_members(tmp_path: Path) -> None:
 def test_members_need_compose(tmp_path: Path) -> None:
     with pytest.raises(RuleError):
         load_file(_write(tmp_path, ""))
+
+
+def test_a_finding_reads_one_members_availability(cat) -> None:  # type: ignore[no-untyped-def]
+    # TE 2.1 on a B200 without FusedAttention runs the flashattn-hopper build (FA3) unless a
+    # filter drops FA3 (dropout), and then FA2: the finding reads te.fa3's own availability
+    base = {"packages": {"transformer-engine": "2.1.0", "flash-attn": "2.7.4.post1", "flashattn-hopper": "3.0.0b1"}, "gpu": "10.0", "env": {"NVTE_FUSED_ATTN": "0"}}
+    rid = "TE-FLASH-FA3-HOPPER-BUILD-OFF-HOPPER"
+    facts, workload = case_inputs(base)
+    assert diagnose(cat, facts, workload).result(rid).status == "fired"
+    facts, workload = case_inputs({**base, "workload": {"dropout": 0.1}})
+    d = diagnose(cat, facts, workload)
+    st = next(b for b in d.backends if b.id == "te.flash")
+    assert st.selected and members(st)["te.fa3"] is False and members(st)["te.fa2"] is True
+    assert d.result(rid).status == "passed"
+
+
+def test_a_member_cannot_be_read_as_selected(tmp_path: Path) -> None:
+    from doctor.rules.loader import _check_catalogue
+
+    fws, _ = load_file(_write(tmp_path, "        compose:\n          - any_of: [fw.a, fw.b]"))
+    rules_file = tmp_path / "r.yaml"
+    rules_file.write_text(
+        """rules:
+  - id: X-MEMBER-SELECTED
+    severity: error
+    area: fw
+    title: t
+    message: m
+    when: {backend: fw.a, selected: true}
+    sources: [https://example.org/x]
+    tests:
+      fires: [{packages: {fw: "1", a: "1"}}]
+      passes: [{packages: {fw: "1"}}]
+""",
+        encoding="utf-8",
+    )
+    _, rules = load_file(rules_file)
+    with pytest.raises(RuleError, match="a member of"):
+        _check_catalogue(fws, rules)
