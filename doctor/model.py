@@ -361,6 +361,12 @@ class Workload:
         return self.num_kv_heads < self.context_parallel.size
 
     @property
+    def cp_one_head_per_rank(self) -> bool:
+        """Exactly as many query heads as context/sequence-parallel ranks: each rank holds one head
+        after the all-to-all (DeepSpeed 0.14.4's misplaced axis swap is then harmless)."""
+        return self.num_heads == self.context_parallel.size
+
+    @property
     def cp_kv_heads_repeatable(self) -> bool:
         """kv heads split evenly over the ranks, or each rank can hold whole repeated kv heads."""
         size = self.context_parallel.size
@@ -398,6 +404,7 @@ WORKLOAD_DERIVED = (
     "cp_kv_heads_divisible",
     "cp_heads_below_size",
     "cp_kv_heads_below_size",
+    "cp_one_head_per_rank",
     "score_elements",
     "cp_kv_heads_repeatable",
     "cp_local_heads_divisible",
