@@ -320,6 +320,16 @@ class Workload:
         return left >= 0 and self.seq_len_kv > left + 1
 
     @property
+    def window_longer_than_seq(self) -> bool:
+        """A window that leaves no key out with room to spare: seq_len_kv is at most window_size[0]
+        (fewer keys than the window_size[0] + 1 it spans), transformers' kv_length < sliding_window
+        test for skipping the SDPA mask. False without a window; True for an unbounded left side."""
+        if not self.sliding_window:
+            return False
+        left = self.window_size[0]
+        return left < 0 or self.seq_len_kv <= left
+
+    @property
     def bottom_right(self) -> bool:
         return self.mask.endswith("bottom_right")
 
@@ -396,6 +406,7 @@ WORKLOAD_DERIVED = (
     "cp_impl",
     "sliding_window",
     "window_shorter_than_seq",
+    "window_longer_than_seq",
     "bottom_right",
     "causal",
     "padding",
