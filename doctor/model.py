@@ -320,6 +320,16 @@ class Workload:
         return left >= 0 and self.seq_len_kv > left + 1
 
     @property
+    def window_longer_than_seq(self) -> bool:
+        """A window that leaves no key out with room to spare: seq_len_kv is at most window_size[0]
+        (fewer keys than the window_size[0] + 1 it spans), transformers' kv_length < sliding_window
+        test for skipping the SDPA mask. False without a window; True for an unbounded left side."""
+        if not self.sliding_window:
+            return False
+        left = self.window_size[0]
+        return left < 0 or self.seq_len_kv <= left
+
+    @property
     def bottom_right(self) -> bool:
         return self.mask.endswith("bottom_right")
 
@@ -361,6 +371,12 @@ class Workload:
         return self.num_kv_heads < self.context_parallel.size
 
     @property
+    def cp_one_head_per_rank(self) -> bool:
+        """Exactly as many query heads as context/sequence-parallel ranks: each rank holds one head
+        after the all-to-all (DeepSpeed 0.14.4's misplaced axis swap is then harmless)."""
+        return self.num_heads == self.context_parallel.size
+
+    @property
     def cp_kv_heads_repeatable(self) -> bool:
         """kv heads split evenly over the ranks, or each rank can hold whole repeated kv heads."""
         size = self.context_parallel.size
@@ -390,6 +406,7 @@ WORKLOAD_DERIVED = (
     "cp_impl",
     "sliding_window",
     "window_shorter_than_seq",
+    "window_longer_than_seq",
     "bottom_right",
     "causal",
     "padding",
@@ -398,6 +415,7 @@ WORKLOAD_DERIVED = (
     "cp_kv_heads_divisible",
     "cp_heads_below_size",
     "cp_kv_heads_below_size",
+    "cp_one_head_per_rank",
     "score_elements",
     "cp_kv_heads_repeatable",
     "cp_local_heads_divisible",
