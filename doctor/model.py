@@ -314,7 +314,7 @@ class Workload:
     def window_shorter_than_seq(self) -> bool:
         """A left window that leaves keys out: window_size[0] + 1 keys (the key itself and the
         window_size[0] before it) are fewer than seq_len_kv. False without a window."""
-        if not self.sliding_window:
+        if self.window_size is None or not self.sliding_window:
             return False
         left = self.window_size[0]
         return left >= 0 and self.seq_len_kv > left + 1
@@ -324,7 +324,7 @@ class Workload:
         """A window that leaves no key out with room to spare: seq_len_kv is at most window_size[0]
         (fewer keys than the window_size[0] + 1 it spans), transformers' kv_length < sliding_window
         test for skipping the SDPA mask. False without a window; True for an unbounded left side."""
-        if not self.sliding_window:
+        if self.window_size is None or not self.sliding_window:
             return False
         left = self.window_size[0]
         return left < 0 or self.seq_len_kv <= left
