@@ -317,7 +317,7 @@ class Workload:
     def window_shorter_than_seq(self) -> bool:
         """A left window that leaves keys out: window_size[0] + 1 keys (the key itself and the
         window_size[0] before it) are fewer than seq_len_kv. False without a window."""
-        if not self.sliding_window:
+        if self.window_size is None or not self.sliding_window:
             return False
         left = self.window_size[0]
         return left >= 0 and self.seq_len_kv > left + 1
@@ -327,6 +327,16 @@ class Workload:
         """The config's switched-off sliding_window (unused_sliding_window keys per query, were it
         applied) is shorter than seq_len_kv. False without one."""
         return self.unused_sliding_window is not None and self.seq_len_kv > self.unused_sliding_window
+
+    @property
+    def window_longer_than_seq(self) -> bool:
+        """A window that leaves no key out with room to spare: seq_len_kv is at most window_size[0]
+        (fewer keys than the window_size[0] + 1 it spans), transformers' kv_length < sliding_window
+        test for skipping the SDPA mask. False without a window; True for an unbounded left side."""
+        if self.window_size is None or not self.sliding_window:
+            return False
+        left = self.window_size[0]
+        return left < 0 or self.seq_len_kv <= left
 
     @property
     def bottom_right(self) -> bool:
@@ -370,6 +380,12 @@ class Workload:
         return self.num_kv_heads < self.context_parallel.size
 
     @property
+    def cp_one_head_per_rank(self) -> bool:
+        """Exactly as many query heads as context/sequence-parallel ranks: each rank holds one head
+        after the all-to-all (DeepSpeed 0.14.4's misplaced axis swap is then harmless)."""
+        return self.num_heads == self.context_parallel.size
+
+    @property
     def cp_kv_heads_repeatable(self) -> bool:
         """kv heads split evenly over the ranks, or each rank can hold whole repeated kv heads."""
         size = self.context_parallel.size
@@ -400,6 +416,7 @@ WORKLOAD_DERIVED = (
     "sliding_window",
     "window_shorter_than_seq",
     "unused_window_shorter_than_seq",
+    "window_longer_than_seq",
     "bottom_right",
     "causal",
     "padding",
@@ -408,6 +425,7 @@ WORKLOAD_DERIVED = (
     "cp_kv_heads_divisible",
     "cp_heads_below_size",
     "cp_kv_heads_below_size",
+    "cp_one_head_per_rank",
     "score_elements",
     "cp_kv_heads_repeatable",
     "cp_local_heads_divisible",

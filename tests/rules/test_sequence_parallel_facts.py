@@ -30,9 +30,11 @@ def test_per_rank_heads_and_sequence_split() -> None:
     assert _wl(32, 32, 4).cp_local_heads_divisible  # 8 heads per rank
     assert not _wl(32, 8, 4, seq=8191).cp_seq_divisible
     assert _wl(32, 8, 4, seq=8192).cp_seq_divisible
+    assert _wl(8, 8, 8).cp_one_head_per_rank  # one head per rank after the all-to-all
+    assert not _wl(16, 8, 8).cp_one_head_per_rank
 
 
 def test_the_facts_are_readable_by_rules() -> None:
     for name in ("cp_heads_divisible", "cp_kv_heads_divisible", "cp_kv_heads_repeatable",
-                 "cp_local_heads_divisible", "cp_seq_divisible"):
+                 "cp_local_heads_divisible", "cp_seq_divisible", "cp_one_head_per_rank"):
         assert name in WORKLOAD_DERIVED

@@ -45,3 +45,14 @@ def test_a_switched_off_window_is_kept_apart(tmp_path) -> None:
     assert not build({"unused_sliding_window": 4096, "seq_len": 4096}).unused_window_shorter_than_seq
     assert not build({"seq_len": 8192}).unused_window_shorter_than_seq
     assert "unused_window_shorter_than_seq" in WORKLOAD_DERIVED
+
+
+def test_a_window_longer_than_the_keys() -> None:
+    # transformers skips the SDPA mask only for kv_length < sliding_window: sliding_window=4096
+    # (window_size (4095, 0)) with 4096 keys still gets a mask tensor, 4095 keys do not
+    assert _wl((4095, 0), 4095).window_longer_than_seq
+    assert not _wl((4095, 0), 4096).window_longer_than_seq
+    assert not _wl((4095, 0), 4097).window_longer_than_seq
+    assert not _wl(None, 2048).window_longer_than_seq
+    assert _wl((-1, 0), 8192).window_longer_than_seq
+    assert "window_longer_than_seq" in WORKLOAD_DERIVED
