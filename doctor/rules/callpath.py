@@ -83,8 +83,11 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
                 inferred.append("attention")
         library = LIBRARY_OF_IMPL.get(attention or "")
     elif framework in ("megatron", "nemo"):
+        # without TE, Megatron-Core's local DotProductAttention is a matmul and its own fused
+        # softmax (megatron-core 0.9.0 and 0.16.1 never call scaled_dot_product_attention;
+        # flash_attn only for inference decoding): eager attention, not torch SDPA
         te = installed_te(packages) is not None
-        library = "transformer-engine" if te else "torch-sdpa"
+        library = "transformer-engine" if te else "eager"
         inferred.append("library")
     elif framework is None and installed_te(packages) is not None:
         library = "transformer-engine"  # TE installed and no framework that would call anything else
