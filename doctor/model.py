@@ -268,6 +268,9 @@ class Workload:
     attn_implementation: Optional[str] = None
     framework: Optional[str] = None  # who dispatches attention; None: not stated
     model_type: Optional[str] = None  # config.json model_type (qwen2, llama, ...)
+    # the model has a vision tower: its config.json has a `visual` (Qwen-VL) or `vision_config`
+    # section; None: not known (no config.json read and not stated)
+    vision_tower: Optional[bool] = None
     packing: str = "padded"  # padded | varlen | padding_free
     source: str = "default profile"
     defaulted: Tuple[str, ...] = ()
