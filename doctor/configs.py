@@ -315,10 +315,14 @@ def _te_log(t: _Taker, text: str) -> Tuple[Dict[str, str], Dict[str, Any]]:
     if cudnn and is_version(cudnn):
         facts["cudnn"] = {"version": cudnn}
     dtype = s("qkv_dtype") or ""
-    for name, ours in (("bfloat16", "bf16"), ("float16", "fp16"), ("float32", "fp32")):
-        if dtype.endswith("." + name) or dtype == name:
-            t.put("qkv_dtype", "dtype", ours)
-            break
+    if pairs.get("fp8") == "True" and re.search(r"fp8_dpa\s*=\s*True", body):
+        # FP8 with the recipe's fp8_dpa: TE casts the bf16/fp16 inputs and runs attention in FP8
+        t.put("fp8_meta recipe fp8_dpa=True", "dtype", "fp8")
+    else:
+        for name, ours in (("bfloat16", "bf16"), ("float16", "fp16"), ("float32", "fp32")):
+            if dtype.endswith("." + name) or dtype == name:
+                t.put("qkv_dtype", "dtype", ours)
+                break
     layout = s("qkv_layout") or ""
     fmt = layout.split("_")[0].replace("3", "").replace("2", "")
     if fmt in ("bshd", "sbhd", "thd"):

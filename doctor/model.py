@@ -268,6 +268,9 @@ class Workload:
     attn_implementation: Optional[str] = None
     framework: Optional[str] = None  # who dispatches attention; None: not stated
     model_type: Optional[str] = None  # config.json model_type (qwen2, llama, ...)
+    # config.json's sliding_window when its use_sliding_window is false (the config turns the
+    # window off but keeps its length; some transformers releases apply it anyway)
+    unused_sliding_window: Optional[int] = None
     packing: str = "padded"  # padded | varlen | padding_free
     source: str = "default profile"
     defaulted: Tuple[str, ...] = ()
@@ -318,6 +321,12 @@ class Workload:
             return False
         left = self.window_size[0]
         return left >= 0 and self.seq_len_kv > left + 1
+
+    @property
+    def unused_window_shorter_than_seq(self) -> bool:
+        """The config's switched-off sliding_window (unused_sliding_window keys per query, were it
+        applied) is shorter than seq_len_kv. False without one."""
+        return self.unused_sliding_window is not None and self.seq_len_kv > self.unused_sliding_window
 
     @property
     def window_longer_than_seq(self) -> bool:
@@ -406,6 +415,7 @@ WORKLOAD_DERIVED = (
     "cp_impl",
     "sliding_window",
     "window_shorter_than_seq",
+    "unused_window_shorter_than_seq",
     "window_longer_than_seq",
     "bottom_right",
     "causal",

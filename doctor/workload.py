@@ -65,6 +65,7 @@ KEYS = (
     "attn_implementation",
     "framework",
     "model_type",
+    "unused_sliding_window",
     "packing",
 )
 
@@ -179,7 +180,7 @@ def build(
             out["head_dim_qk"] = out["head_dim_v"] = _int(key, value, path, line)
         elif key == "seq_len":
             out["seq_len_q"] = out["seq_len_kv"] = _int(key, value, path, line)
-        elif key in ("head_dim_qk", "head_dim_v", "num_heads", "num_kv_heads", "seq_len_q", "seq_len_kv", "batch_size", "grad_accum_steps"):
+        elif key in ("head_dim_qk", "head_dim_v", "num_heads", "num_kv_heads", "seq_len_q", "seq_len_kv", "batch_size", "grad_accum_steps", "unused_sliding_window"):
             out[key] = _int(key, value, path, line)
         elif key in BOOL_KEYS:
             out[key] = _bool(key, value, path, line)
@@ -359,6 +360,8 @@ def _model_keys(cfg: Mapping[str, Any], where: str, overridden: Tuple[str, ...] 
             raise bad("sliding_window", window, "expected a window length (integer >= 0) or null")
         if window > 0:
             out["window_size"] = [window - 1, 0]
+    elif isinstance(window, int) and not isinstance(window, bool) and window > 0:
+        out["unused_sliding_window"] = window  # kept in the config but switched off
     softcap = c.get("attn_logit_softcapping")
     if softcap is not None:
         if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or softcap < 0:

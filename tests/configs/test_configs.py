@@ -56,6 +56,20 @@ def test_te_log_gives_versions_gpu_and_cudnn() -> None:
     assert got.facts["cudnn"] == {"version": "9.8.0"} and got.facts["gpus"][0]["compute_capability"] == "9.0"
 
 
+@pytest.mark.parametrize("recipe,dtype", [("fp8_dpa=True, fp8_mha=False", "fp8"), ("fp8_dpa=False, fp8_mha=False", "bf16")])
+def test_te_log_of_an_fp8_run_says_whether_attention_runs_in_fp8(recipe: str, dtype: str, tmp_path: Path) -> None:
+    """TE logs the bf16 inputs' dtype; with the recipe's fp8_dpa it runs attention in FP8, and the
+    TE FP8 rules (TE-FLASH-FP8 ...) must see an FP8 workload."""
+    line = (DATA / "te-debug.log").read_text().replace(
+        "'fp8': False, 'fp8_meta': {'fp8_checkpoint': False, 'fp8_group': None}",
+        f"'fp8': True, 'fp8_meta': {{'fp8_checkpoint': False, 'fp8_group': None, 'recipe': DelayedScaling(margin=0, fp8_format=HYBRID, {recipe})}}")
+    assert "'fp8': True" in line
+    log = tmp_path / "te-fp8.log"
+    log.write_text(line)
+    got = read_config(log)
+    assert got.workload.get("dtype") == dtype and got.workload.get("fp8") is True
+
+
 @pytest.mark.parametrize("name,packages", [
     ("requirements-freeze.txt", {"torch": "2.4.1", "transformer-engine": "1.13.0", "flash-attn": "2.6.3", "transformers": "4.44.2", "xtuner": "0.1.23"}),
     ("uv.lock", {"torch": "2.6.0", "flash-attn": "2.7.4.post1"}),

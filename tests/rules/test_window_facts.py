@@ -27,6 +27,26 @@ def test_the_fact_is_readable_by_rules() -> None:
     assert "window_shorter_than_seq" in WORKLOAD_DERIVED
 
 
+def test_a_switched_off_window_is_kept_apart(tmp_path) -> None:
+    """Qwen2 configs keep sliding_window with use_sliding_window false: no window_size (the model
+    has none), but unused_sliding_window, which some transformers releases apply anyway."""
+    import json
+
+    from doctor.workload import build, workload_from_model
+
+    cfg = {"model_type": "qwen2", "num_attention_heads": 28, "num_key_value_heads": 4, "hidden_size": 3584,
+           "sliding_window": 4096, "use_sliding_window": False}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    out = workload_from_model(p)
+    assert "window_size" not in out and out["unused_sliding_window"] == 4096
+    w = build({"unused_sliding_window": 4096, "seq_len": 4097})
+    assert w.unused_window_shorter_than_seq and not w.sliding_window
+    assert not build({"unused_sliding_window": 4096, "seq_len": 4096}).unused_window_shorter_than_seq
+    assert not build({"seq_len": 8192}).unused_window_shorter_than_seq
+    assert "unused_window_shorter_than_seq" in WORKLOAD_DERIVED
+
+
 def test_a_window_longer_than_the_keys() -> None:
     # transformers skips the SDPA mask only for kv_length < sliding_window: sliding_window=4096
     # (window_size (4095, 0)) with 4096 keys still gets a mask tensor, 4095 keys do not
