@@ -268,6 +268,9 @@ class Workload:
     attn_implementation: Optional[str] = None
     framework: Optional[str] = None  # who dispatches attention; None: not stated
     model_type: Optional[str] = None  # config.json model_type (qwen2, llama, ...)
+    # the model has a vision tower: its config.json has a `visual` (Qwen-VL) or `vision_config`
+    # section; None: not known (no config.json read and not stated)
+    vision_tower: Optional[bool] = None
     # config.json's sliding_window when its use_sliding_window is false (the config turns the
     # window off but keeps its length; some transformers releases apply it anyway)
     unused_sliding_window: Optional[int] = None

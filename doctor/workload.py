@@ -66,11 +66,12 @@ KEYS = (
     "framework",
     "model_type",
     "unused_sliding_window",
+    "vision_tower",
     "packing",
 )
 
 # The boolean keys: in a workload file as true/false, on the command line as --KEY / --no-KEY.
-BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "sdpa_fa3", "pad_between_seqs", "xformers")
+BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "sdpa_fa3", "pad_between_seqs", "xformers", "vision_tower")
 
 _DTYPE_ALIASES = {
     "float16": "fp16",
@@ -379,6 +380,9 @@ def _model_keys(cfg: Mapping[str, Any], where: str, overridden: Tuple[str, ...] 
             raise bad(dtype_key, dtype, "not a dtype attention runs in (bfloat16, float16, float32, float8_*); pass --dtype")
     if isinstance(cfg.get("model_type"), str) and re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", cfg["model_type"]):
         out["model_type"] = cfg["model_type"]  # the outer model's family, not its text_config's
+    # a vision tower (Qwen-VL's `visual`, the `vision_config` of InternVL, LLaVA, ...): Qwen-VL
+    # shares model_type qwen with Qwen-1 text and Qwen-Audio, whose remote code differs
+    out["vision_tower"] = any(isinstance(cfg.get(k), dict) for k in ("visual", "vision_config"))
     impl = c.get("_attn_implementation") or c.get("attn_implementation")
     if isinstance(impl, str) and impl in ATTN_IMPLEMENTATIONS:
         out["attn_implementation"] = impl

@@ -174,3 +174,22 @@ def test_te_fp8_recipe_follows_the_gpu_the_release_and_the_switch() -> None:
     assert recipe("2.10.0", 90, "delayed", None, "Float8CurrentScaling") == "current"
     assert recipe("2.7.0", 90, "delayed", None, "Float8CurrentScaling") == "delayed"  # not read before 2.8
     assert recipe("2.20.2", 90, "block", None, "F16") == "f16"
+
+
+@pytest.mark.parametrize(
+    "extra, tower",
+    [
+        # Qwen-VL(-Chat): model_type qwen with a `visual` section; its modeling_qwen.py never calls flash-attn
+        ({"visual": {"heads": 16, "layers": 48, "width": 1664}}, True),
+        ({"vision_config": {"hidden_size": 1024}}, True),
+        # Qwen-1 text (Qwen-7B-Chat) and Qwen-Audio (an `audio` section): no vision tower
+        ({}, False),
+        ({"audio": {"n_head": 20}}, False),
+    ],
+)
+def test_vision_tower_from_model_config(tmp_path: Path, extra: dict, tower: bool) -> None:
+    cfg = {"model_type": "qwen", "hidden_size": 4096, "num_attention_heads": 32, **extra}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert workload_from_model(tmp_path)["vision_tower"] is tower
+    assert resolve_workload(model=tmp_path).vision_tower is tower
+    assert resolve_workload().vision_tower is None  # not read, not stated: unknown
