@@ -270,7 +270,7 @@ class Workload:
     model_type: Optional[str] = None  # config.json model_type (qwen2, llama, ...)
     # the model has a vision tower: its config.json has a `visual` (Qwen-VL) or `vision_config`
     # section; None: not known (no config.json read and not stated)
-    vision_tower: Optional[bool] = None
+    vision_tower: Optional[bool] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
     # config.json's sliding_window when its use_sliding_window is false (the config turns the
     # window off but keeps its length; some transformers releases apply it anyway)
     unused_sliding_window: Optional[int] = None
@@ -434,6 +434,9 @@ WORKLOAD_DERIVED = (
     "cp_local_heads_divisible",
     "cp_seq_divisible",
 )
+# workload fields whose None means "not known" rather than a value a rule can compare with:
+# a rule that reads one is then not evaluated (the others' None means "not stated", a value)
+WORKLOAD_UNKNOWN_WHEN_NONE = ("vision_tower",)
 
 # --------------------------------------------------------------------------- rule results
 

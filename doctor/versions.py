@@ -114,6 +114,12 @@ def version_matches(version: str, spec: str) -> bool:
     return all(_clause(public, op, target) for op, target in parse_spec(spec))
 
 
+def below_release(version: str, since: str) -> bool:
+    """Whether `version` is older than the release `since`, by the same test a rule's
+    `{package: P, version: "<since"}` makes (the coverage floor and TE-OLDER-THAN-COVERED agree)."""
+    return version_matches(version, f"<{since}")
+
+
 def validate_spec(text: str) -> Optional[str]:
     """None when `text` is a specifier both packaging and our matcher read; else why not."""
     from packaging.specifiers import InvalidSpecifier, SpecifierSet

@@ -49,7 +49,7 @@ PYPI_JSON = "https://pypi.org/pypi/{name}/json"
 # --------------------------------------------------------------------------- versions
 
 sys.path.insert(0, str(ROOT))
-from doctor.rules.evidence import Verdict, default_floors, derive_range, entry_key, judge  # noqa: E402
+from doctor.rules.evidence import Verdict, derive_range, entry_key, judge  # noqa: E402
 
 __all__ = ["Verdict", "derive_range", "entry_key", "judge", "main"]
 
@@ -505,7 +505,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     run = Run(args.cache, mirrors=mirrors)
     new = evaluate(entries, run, lambda s: print(s, file=sys.stderr))
     bad = 0
-    floors = default_floors()
+    from doctor.rules.loader import load_catalogue
+
+    floors = load_catalogue(use_cache=False).floors
     for e in entries:
         rec = new["records"].get(f"{e.rule}#{e.index}")
         if rec is None:

@@ -444,6 +444,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             futures = {v: pool.submit(run_te, v, roots[v], cases[v], args.python) for v in versions}
             te_answers = {v: f.result() for v, f in futures.items()}
 
+    from doctor.versions import below_release
+
     model = DoctorModel()
     floor = model.catalogue.floors.get("transformer-engine")
     total = agree = 0
@@ -454,7 +456,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     dump = open(args.cases_out, "w", encoding="utf-8") if args.cases_out else None
     coverage: Dict[str, Dict[str, Any]] = {}
     for v in versions:
-        if floor and _vkey(v) < _vkey(floor):
+        if floor and below_release(v, floor):
             # below the catalogue's coverage: the doctor must decide nothing (doctor.rules.evaluate)
             judged = [c for c, te in zip(cases[v], te_answers[v]) if te["status"] != "not_applicable" and not left_undecided(model.answer(c))]
             by_version[v] = {"not_covered": True, "cases": len(cases[v]), "judged_anyway": len(judged)}
@@ -496,6 +498,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.coverage_out:
         write_coverage(Path(args.coverage_out), coverage, total, agree, versions)
     print(f"te_oracle: {agree}/{total} agree ({100.0 * agree / max(total, 1):.2f}%); written to {args.out}")
+    judged = {v: row["judged_anyway"] for v, row in by_version.items() if row.get("judged_anyway")}
+    if judged:
+        print(f"te_oracle: DIFFERS: the doctor judged releases below its coverage ({floor}): {judged}", file=sys.stderr)
+        return 1
     return 0
 
 

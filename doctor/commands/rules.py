@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import typer
 
@@ -93,17 +93,17 @@ def show_rule(
         out.append("kernel cases: " + ", ".join(r.kernels))
     out.append("sources:")
     out.extend(f"  {s}" for s in r.sources)
-    out.extend(_confidence_lines(r))
+    out.extend(_confidence_lines(r, cat.floors))
     out.append(f"tests: {len(r.tests['fires'])} firing case(s), {len(r.tests['passes'])} passing case(s)")
     emit("\n".join(out))
     return 0
 
 
-def _confidence_lines(r: Any) -> List[str]:
+def _confidence_lines(r: Any, floors: Mapping[str, str]) -> List[str]:
     """How the rule's version ranges stand against released artifacts (rules/evidence.lock.json)."""
-    from doctor.rules.evidence import default_floors, load_lock, load_oracle_coverage, standing, version_bounded
+    from doctor.rules.evidence import load_lock, load_oracle_coverage, standing, version_bounded
 
-    st = standing(r, load_lock(), version_bounded(r.when), load_oracle_coverage(), default_floors())
+    st = standing(r, load_lock(), version_bounded(r.when), load_oracle_coverage(), floors)
     if st.level is None:
         return []
     what = {

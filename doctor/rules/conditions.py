@@ -17,6 +17,7 @@ from doctor.rules.callpath import CallPath
 from doctor.versions import canonical_name, release, version_matches
 from doctor.model import (
     WORKLOAD_DERIVED,
+    WORKLOAD_UNKNOWN_WHEN_NONE,
     BackendStatus,
     CudaInfo,
     CudnnInfo,
@@ -113,7 +114,10 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
     """The value of a named fact, or unknown with the reason."""
     head, _, rest = path.partition(".")
     if head == "workload":
-        return Value(True, getattr(workload, rest))
+        value = getattr(workload, rest)
+        if value is None and rest in WORKLOAD_UNKNOWN_WHEN_NONE:
+            return Value(False, reason=f"{path}: not known (state it in the workload, or pass the model's config.json)")
+        return Value(True, value)
     if head == "wheels":
         from doctor.rules.wheel_facts import resolve_wheel_fact
 

@@ -68,13 +68,6 @@ class Verdict:
     problem: str = ""
 
 
-def default_floors() -> Dict[str, str]:
-    """The built-in catalogue's coverage floors (package -> oldest release it checks)."""
-    from doctor.rules.loader import load_catalogue
-
-    return load_catalogue().floors
-
-
 def judge(entry: Mapping[str, Any], record: Mapping[str, Any], floors: Optional[Mapping[str, str]] = None) -> Verdict:
     """Compare an evidence entry with its lock record. Exact entries must hold on exactly the
     scanned releases inside `range`; `within: true` entries on every one of them. Releases
@@ -85,7 +78,9 @@ def judge(entry: Mapping[str, Any], record: Mapping[str, Any], floors: Optional[
         scanned = sorted(set(record["holds"]) | set(record["fails"]), key=_key)
         floor = (floors or {}).get(entry.get("package", ""))
         if floor:
-            scanned = [v for v in scanned if _key(v) >= _key(floor)]
+            from doctor.versions import below_release
+
+            scanned = [v for v in scanned if not below_release(v, floor)]
     except InvalidVersion as exc:
         return Verdict(False, [], [], "", f"unreadable lock record: {exc}")
     holds = sorted((v for v in record["holds"] if v in scanned), key=_key)

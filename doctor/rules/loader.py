@@ -12,6 +12,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -61,6 +62,16 @@ class Coverage:
     package: str
     since: str
     why: str
+
+    @property
+    def below(self) -> Mapping[str, Any]:
+        """The condition "installed release older than `since`" (the same object every time)."""
+        return _below(self.package, self.since)
+
+
+@lru_cache(maxsize=None)
+def _below(package: str, since: str) -> Mapping[str, Any]:
+    return {"package": package, "version": f"<{since}"}
 
 
 @dataclass(frozen=True)
@@ -112,7 +123,8 @@ class Catalogue:
 
     @property
     def floors(self) -> Dict[str, str]:
-        """Package -> the oldest release the catalogue checks (the frameworks' `covers:`)."""
+        """Package -> the oldest release the catalogue checks (the frameworks' `covers:`;
+        _check_catalogue refuses two different floors for one package)."""
         return {fw.covers.package: fw.covers.since for fw in self.frameworks if fw.covers}
 
     def rule(self, rule_id: str) -> Rule:
@@ -431,6 +443,18 @@ def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> 
                 hint="rule ids must be unique",
             )
         seen[r.id] = r
+    floors: Dict[str, Framework] = {}
+    for fw in frameworks:
+        if fw.covers is None:
+            continue
+        other_fw = floors.setdefault(fw.covers.package, fw)
+        if other_fw is not fw and other_fw.covers is not None and other_fw.covers.since != fw.covers.since:
+            raise RuleError(
+                f"framework {fw.id}: covers {fw.covers.package} from {fw.covers.since}, but {other_fw.id} from {other_fw.covers.since}",
+                path=fw.path,
+                line=fw.line,
+                hint="one package has one coverage floor",
+            )
     backend_ids: Dict[str, Framework] = {}
     for fw in frameworks:
         for b in fw.backends:

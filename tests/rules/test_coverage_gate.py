@@ -50,3 +50,13 @@ def test_te_1_9_is_judged(cat) -> None:  # type: ignore[no-untyped-def]
     assert d.result("TE-FUSED-SM-LT-80").status == "fired"
     assert "TE-OLDER-THAN-COVERED" not in {f.rule_id for f in d.findings}
     assert dict(d.selections)["transformer-engine"] is not None
+
+
+@pytest.mark.parametrize("te", ["1.9.0rc1", "1.9.0.dev0", "1.9.0.dev0+abc123", "1.8.0+cuda12.4", "1.7.0a0+nv24.03", "0.8.0"])
+def test_the_gate_never_closes_without_the_warning(cat, te: str) -> None:  # type: ignore[no-untyped-def]
+    """Pre-releases, dev builds and NGC labels: either TE is judged as usual, or its backends are
+    left undecided AND TE-OLDER-THAN-COVERED says why (the two read the same test)."""
+    d = _diagnose(cat, te)
+    undecided = all(b.available is None for b in d.backends if b.framework == "transformer-engine")
+    warned = d.result("TE-OLDER-THAN-COVERED").status == "fired"
+    assert undecided == warned, (te, undecided, warned)

@@ -1,0 +1,40 @@
+"""A workload fact that is not known leaves the rules that read it undecided, never "passed".
+
+`vision_tower` comes from the model's config.json (a `visual` or `vision_config` section). With
+only `model_type: qwen` the doctor cannot tell Qwen-1 text (which calls flash-attn) from Qwen-VL
+(which never does), so REMOTE-CODE-FLASH-ATTN-PRE-AMPERE must say it could not check, not that
+all is well.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import pytest
+
+from doctor.rules.cases import case_inputs
+from doctor.rules.evaluate import diagnose
+from doctor.rules.loader import load_catalogue
+
+RULE = "REMOTE-CODE-FLASH-ATTN-PRE-AMPERE"
+
+
+@pytest.fixture(scope="module")
+def cat():  # type: ignore[no-untyped-def]
+    return load_catalogue(use_cache=False)
+
+
+def _result(cat: Any, workload: Dict[str, Any]) -> Any:
+    facts, wl = case_inputs({"packages": {"flash-attn": "2.5.8", "torch": "2.1.2"}, "gpu": "7.5", "workload": workload})
+    return diagnose(cat, facts, wl).result(RULE)
+
+
+def test_an_unknown_vision_tower_leaves_the_rule_undecided(cat) -> None:  # type: ignore[no-untyped-def]
+    got = _result(cat, {"model_type": "qwen", "dtype": "fp16"})
+    assert got.status == "not_evaluated"
+    assert any("workload.vision_tower" in m for m in got.missing)
+
+
+def test_a_known_vision_tower_decides(cat) -> None:  # type: ignore[no-untyped-def]
+    assert _result(cat, {"model_type": "qwen", "dtype": "fp16", "vision_tower": False}).status == "fired"
+    assert _result(cat, {"model_type": "qwen", "dtype": "fp16", "vision_tower": True}).status == "passed"
