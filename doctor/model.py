@@ -537,6 +537,9 @@ class BackendStatus:
     rule_ids: Tuple[str, ...] = ()
     evidence: Tuple[str, ...] = ()  # what kernel cases saw for this backend
     members: Tuple["BackendStatus", ...] = ()  # a family's sub-backends (te.flash: FA2, FA3, FA4)
+    # set when the framework's install is older than the catalogue covers (`covers:`): why nothing
+    # about this backend was decided (available is then None)
+    not_covered: Optional[str] = None
 
 
 CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "needs_mask", "gqa_form")

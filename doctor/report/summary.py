@@ -88,11 +88,9 @@ def framework_detail(fw: str, report: Report) -> Optional[str]:
     if sel is not None:
         n = sum(1 for b in bs if b.available)
         return f"uses {sel.name} ({n}/{len(bs)} backends available)"
+    if bs[0].not_covered:  # the whole framework is older than the catalogue covers
+        return "not checked: " + bs[0].not_covered
     if any(b.available is None for b in bs):
-        why = {b.reasons for b in bs}
-        if len(why) == 1 and len(next(iter(why))) == 1 and all(b.available is None for b in bs):
-            # one reason for every backend (an install older than the catalogue covers)
-            return "backend choice undecided: " + next(iter(why))[0].split(" (")[0]
         return "backend choice undecided (unknown facts)"
     return "no backend for this workload"
 
@@ -122,7 +120,7 @@ def area_lines(report: Report) -> List[AreaLine]:
         mark = worst(fs)
         if det == "no backend for this workload" and mark == "ok":
             mark = "warning"  # an error only where a finding says this framework is in use
-        elif det is not None and det.startswith("backend choice undecided") and mark == "ok":
+        elif det is not None and det.startswith(("backend choice undecided", "not checked")) and mark == "ok":
             mark = "unknown"
         lines.append(AreaLine(fw, mark, title, det or ""))
     kernel_findings = by_area.pop("kernels", [])
@@ -141,7 +139,7 @@ def area_lines(report: Report) -> List[AreaLine]:
     elif report.kernels_skipped:
         lines.append(AreaLine("kernels", "unknown", AREA_TITLES["kernels"], f"not run: {report.kernels_skipped}"))
     pending = [f for f in report.findings if f.status == "not_evaluated"]
-    undecided = [b for b in report.backends if b.available is None]
+    undecided = [b for b in report.backends if b.available is None and not b.not_covered]
     if pending or undecided:
         parts = []
         if pending:

@@ -85,12 +85,14 @@ def _uncovered(fw: Framework, ctx: Context) -> Optional[str]:
     # exactly the test TE-OLDER-THAN-COVERED makes, so the gate never closes without the warning
     if cov is None or evaluate(cov.below, ctx).value is not True:
         return None
-    return f"{fw.name} {render('{package.' + cov.package + '}', ctx)} is older than {cov.since}, the oldest release attn-doctor checks ({cov.why})"
+    return f"{fw.name} {render('{package.' + cov.package + '}', ctx)} is older than {cov.since}, the oldest release attn-doctor checks"
 
 
-def _not_checked(b: Backend, fw_id: str, why: str) -> BackendStatus:
-    members = tuple(_not_checked(m, fw_id, why) for m in b.members)
-    return BackendStatus(id=b.id, framework=fw_id, name=b.name, available=None, reasons=(why,), members=members)
+def _not_checked(b: Backend, fw: Framework, short: str) -> BackendStatus:
+    """A backend of a framework older than the catalogue covers: undecided, with the reason."""
+    why = f"{short} ({fw.covers.why})" if fw.covers else short
+    members = tuple(_not_checked(m, fw, short) for m in b.members)
+    return BackendStatus(id=b.id, framework=fw.id, name=b.name, available=None, reasons=(why,), members=members, not_covered=short)
 
 
 def _backends(
@@ -112,7 +114,7 @@ def _backends(
         why = _uncovered(fw, ctx)
         if why is not None:
             for b in fw.backends:
-                statuses[b.id] = _not_checked(b, fw.id, why)
+                statuses[b.id] = _not_checked(b, fw, why)
                 for bid in (b.id, *(m.id for m in b.members)):
                     for rule in by_backend.get(bid, ()):
                         outcomes[rule.id] = Outcome(None, (why,))

@@ -60,3 +60,20 @@ def test_the_gate_never_closes_without_the_warning(cat, te: str) -> None:  # typ
     undecided = all(b.available is None for b in d.backends if b.framework == "transformer-engine")
     warned = d.result("TE-OLDER-THAN-COVERED").status == "fired"
     assert undecided == warned, (te, undecided, warned)
+
+
+def test_check_says_an_old_te_was_not_checked(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from doctor.cli import main
+
+    env = tmp_path / "env.yaml"
+    env.write_text("schema_version: 1\npackages: {transformer-engine: 1.8.0, torch: 2.3.0}\n"
+                   "torch: {version: 2.3.0, cuda: '12.1'}\ngpus: [{index: 0, name: A100, compute_capability: '8.0'}]\n"
+                   "cudnn: {version: 9.1.0}\nenv: {}\n")
+    wl = tmp_path / "wl.yaml"
+    wl.write_text("framework: megatron\n")
+    with pytest.raises(SystemExit):
+        main(["check", "--no-kernels", "--env", str(env), "--workload", str(wl)])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "TransformerEngine 1.8.0: not checked: TransformerEngine 1.8.0 is older than 1.9" in out
+    assert "TE-OLDER-THAN-COVERED" in out
+    assert "backend(s) need facts" not in out  # the old TE is said once, not counted as unknown facts
