@@ -316,14 +316,16 @@ class Workload:
     def sliding_window(self) -> bool:
         return self.window_size is not None and tuple(self.window_size) != (-1, -1)
 
+    def _window_left(self) -> Optional[int]:
+        """window_size[0] when a sliding window is set (-1: unbounded on the left), else None."""
+        return self.window_size[0] if self.window_size is not None and self.sliding_window else None
+
     @property
     def window_shorter_than_seq(self) -> bool:
         """A left window that leaves keys out: window_size[0] + 1 keys (the key itself and the
         window_size[0] before it) are fewer than seq_len_kv. False without a window."""
-        if self.window_size is None or not self.sliding_window:
-            return False
-        left = self.window_size[0]
-        return left >= 0 and self.seq_len_kv > left + 1
+        left = self._window_left()
+        return left is not None and left >= 0 and self.seq_len_kv > left + 1
 
     @property
     def unused_window_shorter_than_seq(self) -> bool:
@@ -336,10 +338,8 @@ class Workload:
         """A window that leaves no key out with room to spare: seq_len_kv is at most window_size[0]
         (fewer keys than the window_size[0] + 1 it spans), transformers' kv_length < sliding_window
         test for skipping the SDPA mask. False without a window; True for an unbounded left side."""
-        if self.window_size is None or not self.sliding_window:
-            return False
-        left = self.window_size[0]
-        return left < 0 or self.seq_len_kv <= left
+        left = self._window_left()
+        return left is not None and (left < 0 or self.seq_len_kv <= left)
 
     @property
     def bottom_right(self) -> bool:

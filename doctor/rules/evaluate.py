@@ -88,11 +88,10 @@ def _uncovered(fw: Framework, ctx: Context) -> Optional[str]:
     return f"{fw.name} {render('{package.' + cov.package + '}', ctx)} is older than {cov.since}, the oldest release attn-doctor checks"
 
 
-def _not_checked(b: Backend, fw: Framework, short: str) -> BackendStatus:
+def _not_checked(b: Backend, fw_id: str, short: str, why: str) -> BackendStatus:
     """A backend of a framework older than the catalogue covers: undecided, with the reason."""
-    why = f"{short} ({fw.covers.why})" if fw.covers else short
-    members = tuple(_not_checked(m, fw, short) for m in b.members)
-    return BackendStatus(id=b.id, framework=fw.id, name=b.name, available=None, reasons=(why,), members=members, not_covered=short)
+    members = tuple(_not_checked(m, fw_id, short, why) for m in b.members)
+    return BackendStatus(id=b.id, framework=fw_id, name=b.name, available=None, reasons=(why,), members=members, not_covered=short)
 
 
 def _backends(
@@ -111,10 +110,11 @@ def _backends(
         fw_in = evaluate(fw.installed, ctx)
         if fw_in.value is False:
             continue
-        why = _uncovered(fw, ctx)
-        if why is not None:
+        short = _uncovered(fw, ctx)
+        if short is not None and fw.covers is not None:
+            why = f"{short} ({fw.covers.why})"
             for b in fw.backends:
-                statuses[b.id] = _not_checked(b, fw, why)
+                statuses[b.id] = _not_checked(b, fw.id, short, why)
                 for bid in (b.id, *(m.id for m in b.members)):
                     for rule in by_backend.get(bid, ()):
                         outcomes[rule.id] = Outcome(None, (why,))

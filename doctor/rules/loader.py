@@ -443,14 +443,14 @@ def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> 
                 hint="rule ids must be unique",
             )
         seen[r.id] = r
-    floors: Dict[str, Framework] = {}
+    floors: Dict[str, Tuple[str, str]] = {}  # package -> (since, framework id)
     for fw in frameworks:
         if fw.covers is None:
             continue
-        other_fw = floors.setdefault(fw.covers.package, fw)
-        if other_fw is not fw and other_fw.covers is not None and other_fw.covers.since != fw.covers.since:
+        since, first = floors.setdefault(fw.covers.package, (fw.covers.since, fw.id))
+        if since != fw.covers.since:
             raise RuleError(
-                f"framework {fw.id}: covers {fw.covers.package} from {fw.covers.since}, but {other_fw.id} from {other_fw.covers.since}",
+                f"framework {fw.id}: covers {fw.covers.package} from {fw.covers.since}, but {first} from {since}",
                 path=fw.path,
                 line=fw.line,
                 hint="one package has one coverage floor",

@@ -242,3 +242,20 @@ def test_a_long_lived_process_keeps_few_catalogues(tmp_path: Path, monkeypatch: 
         (d / "r.yaml").write_text(GOOD.replace("MY-RULE", f"MY-RULE-{i}"))
         assert load_catalogue([d], builtin=False).rule(f"MY-RULE-{i}") is not None
     assert len(loader._LOADED) <= loader._LOADED_MAX
+
+
+def test_one_package_has_one_coverage_floor(tmp_path: Path) -> None:
+    def fw(fid: str, since: str) -> str:
+        return f"""
+  - id: {fid}
+    name: {fid}
+    installed: {{package: transformer-engine, installed: true}}
+    covers: {{package: transformer-engine, since: "{since}", why: w}}
+    backends: [{{id: {fid}.b, name: b}}]
+    selection: [{{order: [{fid}.b]}}]
+    sources: [https://github.com/NVIDIA/TransformerEngine/issues/1]
+"""
+    load(tmp_path, "frameworks:" + fw("fwa", "1.9") + fw("fwb", "1.9"))  # the same floor twice is fine
+    with pytest.raises(RuleError) as exc:
+        load(tmp_path, "frameworks:" + fw("fwa", "1.9") + fw("fwb", "2.0"))
+    assert "covers transformer-engine from 2.0, but fwa from 1.9" in str(exc.value)
