@@ -320,7 +320,11 @@ class Context:
 
 
 Compiled = Callable[[Context], Outcome]
+# Compiled trees by the identity of the condition dict. Each entry keeps its dict alive, so an id
+# is never reused while its entry stands; the oldest entries go once there are COMPILED_MAX (a
+# catalogue has a few hundred trees; a caller that builds conditions on the fly only recompiles).
 _COMPILED: Dict[int, Tuple[Mapping[str, Any], Compiled]] = {}
+COMPILED_MAX = 4096
 
 
 def evaluate(cond: Mapping[str, Any], ctx: Context) -> Outcome:
@@ -328,6 +332,9 @@ def evaluate(cond: Mapping[str, Any], ctx: Context) -> Outcome:
     hit = _COMPILED.get(id(cond))
     if hit is None or hit[0] is not cond:
         hit = (cond, _compile(cond))
+        if len(_COMPILED) >= COMPILED_MAX:
+            for old in list(_COMPILED)[: COMPILED_MAX // 4]:
+                del _COMPILED[old]
         _COMPILED[id(cond)] = hit
     return hit[1](ctx)
 

@@ -171,3 +171,18 @@ def test_transformer_engine_version_is_read_from_any_te_distribution() -> None:
     assert evaluate({"package": "transformer-engine", "installed": False}, ctx({"packages": {"torch": "2.8.0"}})).value is True
     # transformer-engine-jax is not TE for PyTorch
     assert evaluate({"package": "transformer-engine", "installed": False}, ctx({"packages": {"transformer-engine-jax": "2.8.0"}})).value is True
+
+
+def test_conditions_built_on_the_fly_do_not_grow_the_compiled_cache_without_bound() -> None:
+    from doctor.rules import conditions
+
+    c = ctx({"packages": {"flash-attn": "2.6.3"}})
+    kept = {"package": "flash-attn", "version": ">=2.6"}
+    assert evaluate(kept, c).value is True
+    for i in range(conditions.COMPILED_MAX + 500):
+        # a new dict each time, as a caller building conditions per call would
+        assert evaluate({"package": "flash-attn", "version": f">=2.{i % 9}"}, c).value is (i % 9 <= 6)
+    assert len(conditions._COMPILED) <= conditions.COMPILED_MAX
+    # a condition dropped from the cache is compiled again and still answers right
+    assert evaluate(kept, c).value is True
+    assert evaluate({"package": "flash-attn", "version": ">=2.7"}, c).value is False
