@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+from doctor.memo import Memo
 from doctor.rules.callpath import FIELDS as PATH_FIELDS
 from doctor.rules.callpath import CallPath
 from doctor.versions import canonical_name, release, version_matches
@@ -321,21 +322,17 @@ class Context:
 
 Compiled = Callable[[Context], Outcome]
 # Compiled trees by the identity of the condition dict. Each entry keeps its dict alive, so an id
-# is never reused while its entry stands; the oldest entries go once there are COMPILED_MAX (a
-# catalogue has a few hundred trees; a caller that builds conditions on the fly only recompiles).
-_COMPILED: Dict[int, Tuple[Mapping[str, Any], Compiled]] = {}
+# is never reused while its entry stands (a catalogue has a few hundred trees; a caller that
+# builds conditions on the fly only recompiles).
 COMPILED_MAX = 4096
+_COMPILED: "Memo[int, Tuple[Mapping[str, Any], Compiled]]" = Memo(COMPILED_MAX)
 
 
 def evaluate(cond: Mapping[str, Any], ctx: Context) -> Outcome:
     """Evaluate a condition tree; each tree is compiled to closures once and reused."""
     hit = _COMPILED.get(id(cond))
     if hit is None or hit[0] is not cond:
-        hit = (cond, _compile(cond))
-        if len(_COMPILED) >= COMPILED_MAX:
-            for old in list(_COMPILED)[: COMPILED_MAX // 4]:
-                del _COMPILED[old]
-        _COMPILED[id(cond)] = hit
+        hit = _COMPILED.put(id(cond), (cond, _compile(cond)))
     return hit[1](ctx)
 
 
