@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 from doctor.memo import Memo
 from doctor.rules.callpath import FIELDS as PATH_FIELDS
 from doctor.rules.callpath import CallPath
-from doctor.versions import canonical_name, release, version_matches
+from doctor.versions import canonical_name, release, version_matches, version_verdict
 from doctor.model import (
     WORKLOAD_DERIVED,
     WORKLOAD_UNKNOWN_WHEN_NONE,
@@ -373,7 +373,13 @@ def _compile(cond: Mapping[str, Any]) -> Compiled:
             if installed is not None and (v.value is not None) != installed:
                 return FALSE
             if spec is not None:
-                return TRUE if v.value is not None and version_matches(v.value, spec) else FALSE
+                if v.value is None:
+                    return FALSE
+                verdict = version_verdict(v.value, spec)
+                if verdict is None:
+                    return Outcome(None, (f"{cond['package']} {v.value} is a development snapshot of {release(v.value)}: "
+                                          f"whether it has the change at {spec} is not known (compare with a release)",))
+                return TRUE if verdict else FALSE
             return TRUE
 
         return package
