@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from doctor.errors import InputError, RuleError
+from doctor.memo import Memo
 from doctor.model import Fix, Pin, Severity
 from doctor.versions import canonical_name, parse_pin
 from doctor.yamlio import read_yaml
@@ -645,16 +646,8 @@ def _shadowed(builtin: Path, extra_files: Sequence[Path]) -> set:
     return out
 
 
-_LOADED: Dict[str, Catalogue] = {}  # per process, by the files' fingerprint (wherever the cache folder is)
 _LOADED_MAX = 4  # a long-lived process (tests, cluster) that reads many rule folders keeps only the latest
-
-
-def _remember(key: str, cat: Catalogue) -> Catalogue:
-    _LOADED.pop(key, None)
-    while len(_LOADED) >= _LOADED_MAX:
-        _LOADED.pop(next(iter(_LOADED)))
-    _LOADED[key] = cat
-    return cat
+_LOADED: "Memo[str, Catalogue]" = Memo(_LOADED_MAX)  # per process, by the files' fingerprint (wherever the cache folder is)
 
 
 def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use_cache: bool = True, shadow: bool = False) -> Catalogue:
@@ -672,14 +665,15 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
     if use_cache:
         try:
             fingerprint = _fingerprint(files)
-            if fingerprint in _LOADED:
+            seen = _LOADED.get(fingerprint)
+            if seen is not None:
                 # same files, same sizes and times: this process read them already (even if the
                 # cache folder moved since, as $XDG_CACHE_HOME does between tests)
-                return _LOADED[fingerprint]
+                return seen
             cache_dir = _cache_dir()
             cache_file = cache_dir / f"catalogue-{fingerprint}.json" if cache_dir else None
             if cache_file and cache_file.is_file():
-                return _remember(fingerprint, _from_json(json.loads(cache_file.read_text(encoding="utf-8"))))
+                return _LOADED.put(fingerprint, _from_json(json.loads(cache_file.read_text(encoding="utf-8"))))
         except (OSError, ValueError, KeyError, TypeError):
             pass  # unreadable or stale cache: rebuilt below and overwritten
     frameworks: List[Framework] = []
@@ -691,7 +685,7 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
     _check_catalogue(frameworks, rules)
     cat = Catalogue(tuple(frameworks), tuple(rules))
     if fingerprint is not None:
-        _remember(fingerprint, cat)
+        _LOADED.put(fingerprint, cat)
     if cache_file is not None:
         try:
             cache_file.parent.mkdir(parents=True, exist_ok=True)
