@@ -403,11 +403,12 @@ def _files(dirs: Iterable[Path]) -> List[Path]:
         if not d.is_dir():
             raise RuleError("no such rule file or folder", path=str(d), hint="pass a .yaml file or a folder of them")
         # rules/contracts/ holds caller/callee pairs (doctor.probe.contract_specs), rules/cluster/ the
-        # cross-rank comparison table (doctor.cluster.facts) and rules/releases/
-        # the release catalogue and install recipes (doctor.releases, doctor.fix.install): not rules
+        # cross-rank comparison table (doctor.cluster.facts), rules/releases/ the release catalogue
+        # and install recipes (doctor.releases, doctor.fix.install) and rules/startup/ the
+        # frameworks' start-up checks (doctor.probe.startup): not rules
         out.extend(sorted(
             p for p in d.rglob("*.y*ml")
-            if p.suffix in (".yaml", ".yml") and not {"cluster", "contracts", "releases"} & set(p.relative_to(d).parts[:-1])
+            if p.suffix in (".yaml", ".yml") and not {"cluster", "contracts", "releases", "startup"} & set(p.relative_to(d).parts[:-1])
         ))
     return out
 
