@@ -35,3 +35,22 @@ def test_imported_build_needs_none():
 def test_2_0_6_uses_the_catalogue():
     known, value, _ = resolve_wheel_fact("needs_build", _facts("2.0.6"))
     assert known and value is False
+
+
+def _facts_torch(version: str, cuda: str) -> Facts:
+    return facts_from_snapshot(validate_snapshot({
+        "schema_version": 1,
+        "packages": {"flash-attn": "2.8.3", "torch": version},
+        "torch": {"version": version, "cuda": cuda},
+        "python": {"version": "3.11.9"},
+    }))
+
+
+def test_torch_2_6_cu126_is_new_abi():
+    """torch 2.6's CUDA 12.6 builds use the new C++ ABI (pytorch#142064); PyPI's (12.4) the old."""
+    from doctor.releases.wheels import wheel_target
+
+    assert wheel_target(_facts_torch("2.6.0+cu126", "12.6")).cxx11_abi is True
+    assert wheel_target(_facts_torch("2.6.0", "12.4")).cxx11_abi is False
+    assert resolve_wheel_fact("broken_wheel", _facts_torch("2.6.0+cu126", "12.6"))[1] is False
+    assert resolve_wheel_fact("broken_wheel", _facts_torch("2.6.0", "12.4"))[1] is True
