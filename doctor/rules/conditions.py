@@ -12,9 +12,10 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+from doctor.memo import Memo
 from doctor.rules.callpath import FIELDS as PATH_FIELDS
 from doctor.rules.callpath import CallPath
-from doctor.versions import canonical_name, release, version_matches
+from doctor.versions import canonical_name, release, version_matches, version_verdict
 from doctor.model import (
     WORKLOAD_DERIVED,
     WORKLOAD_UNKNOWN_WHEN_NONE,
@@ -320,15 +321,18 @@ class Context:
 
 
 Compiled = Callable[[Context], Outcome]
-_COMPILED: Dict[int, Tuple[Mapping[str, Any], Compiled]] = {}
+# Compiled trees by the identity of the condition dict. Each entry keeps its dict alive, so an id
+# is never reused while its entry stands (a catalogue has a few hundred trees; a caller that
+# builds conditions on the fly only recompiles).
+COMPILED_MAX = 4096
+_COMPILED: "Memo[int, Tuple[Mapping[str, Any], Compiled]]" = Memo(COMPILED_MAX)
 
 
 def evaluate(cond: Mapping[str, Any], ctx: Context) -> Outcome:
     """Evaluate a condition tree; each tree is compiled to closures once and reused."""
     hit = _COMPILED.get(id(cond))
     if hit is None or hit[0] is not cond:
-        hit = (cond, _compile(cond))
-        _COMPILED[id(cond)] = hit
+        hit = _COMPILED.put(id(cond), (cond, _compile(cond)))
     return hit[1](ctx)
 
 
@@ -369,7 +373,13 @@ def _compile(cond: Mapping[str, Any]) -> Compiled:
             if installed is not None and (v.value is not None) != installed:
                 return FALSE
             if spec is not None:
-                return TRUE if v.value is not None and version_matches(v.value, spec) else FALSE
+                if v.value is None:
+                    return FALSE
+                verdict = version_verdict(v.value, spec)
+                if verdict is None:
+                    return Outcome(None, (f"{cond['package']} {v.value} is a development snapshot of {release(v.value)}: "
+                                          f"whether it has the change at {spec} is not known (compare with a release)",))
+                return TRUE if verdict else FALSE
             return TRUE
 
         return package
