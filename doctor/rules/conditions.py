@@ -58,9 +58,20 @@ FACT_PATHS = frozenset(
     + [f"workload.{name}" for name in WORKLOAD_DERIVED]
     + [f"path.{name}" for name in PATH_FIELDS]
 )
-FACT_PREFIXES = ("env.", "imports.", "package.")
+FACT_PREFIXES = ("env.", "imports.", "package.", "startup.")
 # Derived from the release catalogue (doctor/rules/wheel_facts.py)
 WHEEL_FACT_PATHS = frozenset(f"wheels.flash-attn.{n}" for n in ("wheel", "needs_build", "broken_wheel", "why", "build"))
+
+
+def startup_read(facts: Facts, check_id: str) -> bool:
+    """The start-up check `check_id` was read from the framework as installed (doctor.probe.startup)."""
+    section = facts.contracts if isinstance(facts.contracts, Mapping) else {}
+    packages = facts.packages or {}
+    return any(
+        isinstance(r, Mapping) and r.get("check") == check_id and r.get("status") == "read"
+        and packages.get(str(r.get("dist"))) == r.get("version")
+        for r in section.get("startup_checks") or ()
+    )
 
 
 def is_known_fact_path(path: str) -> bool:
@@ -137,6 +148,10 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
             # package: these are released in lockstep, so any of them gives TE's version
             return Value(True, installed_te(facts.packages))
         return Value(True, facts.packages.get(name))
+    if head == "startup":
+        # whether the probe read this start-up check from the installed framework (then STARTUP-*
+        # judges its window from the code, and a version table of the same window stays silent)
+        return Value(True, startup_read(facts, rest))
     if head == "imports":
         name, _, attr = rest.rpartition(".")
         st = facts.imports.get(name)
@@ -195,6 +210,11 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
         return Value(True, recipe) if recipe is not None else _unknown("gpu.sm", facts, "no GPU found: TE's default FP8 recipe depends on it")
     if path == "cuda.driver_behind":
         behind = driver_behind(facts.torch.cuda, facts.cuda.driver_cuda)
+        if behind == "major" and facts.torch.cuda_available is True:
+            # the CUDA runtime started although the kernel driver reports an older major: NVIDIA's
+            # forward-compatibility package (cuda-compat, as NGC containers load it on data-center
+            # GPUs) supplies a newer libcuda
+            return Value(True, "forward_compat")
         if behind is not None:
             return Value(True, behind)
         return _unknown("cuda.driver_cuda" if facts.torch.cuda else "torch.cuda", facts, "not probed")
