@@ -266,6 +266,8 @@ def check(
         diagnosis = diagnose(inputs.catalogue, inputs.facts, inputs.workload)
     findings = verified_fixes(inputs.catalogue, inputs.facts, inputs.workload, diagnosis)
     contract, contract_results = _contract_findings(inputs.facts)
+    startup, startup_results = _startup_findings(inputs, diagnosis)
+    contract, contract_results = contract + startup, contract_results + startup_results
     report = Report(
         facts=inputs.facts,
         workload=inputs.workload,
@@ -297,6 +299,16 @@ def _contract_findings(facts: Facts) -> Tuple[Tuple[Finding, ...], Tuple[Tuple[s
     return contract_findings(facts, load_specs(cache_dir=default_cache_dir(os.environ)))
 
 
+def _startup_findings(inputs: Inputs, diagnosis: "Diagnosis") -> Tuple[Tuple[Finding, ...], Tuple[Tuple[str, str], ...]]:
+    """The STARTUP-* findings from the start-up checks the probe read (none when it read none)."""
+    if not inputs.facts.contracts or not inputs.facts.contracts.get("startup_checks"):
+        return (), ()
+    from doctor.probe.startup import load_checks
+    from doctor.rules.startup_findings import startup_findings
+
+    return startup_findings(inputs.facts, load_checks(), inputs.catalogue, inputs.workload, diagnosis)
+
+
 def with_planned_fixes(report: Report, inputs: Inputs, diagnosis: "Diagnosis", releases: Optional[Path] = None) -> Report:
     """Lead each fired error or warning with the change `attn-doctor fix` plans for it, so the
     two commands recommend the same thing (the planner prefers a prebuilt wheel, a real
@@ -310,7 +322,7 @@ def with_planned_fixes(report: Report, inputs: Inputs, diagnosis: "Diagnosis", r
     # still the planner's target: it may clear it another way (a release its rules allow).
     has_fixes = {r.id for r in inputs.catalogue.rules if r.fixes}
     if not any(f.status == "fired" and f.severity in TARGET_SEVERITIES and (f.fixes or f.rule_id in has_fixes)
-               and not f.rule_id.startswith("CONTRACT-") for f in report.findings):
+               and not f.rule_id.startswith(("CONTRACT-", "STARTUP-")) for f in report.findings):
         return report
     plan = plan_fixes(load_release_catalogue(releases), inputs.catalogue, inputs.facts, inputs.workload, diagnosis)
     findings: List[Finding] = []

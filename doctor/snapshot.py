@@ -287,6 +287,8 @@ def _check_versions(ck: _Checker, out: Mapping[str, Any]) -> None:
 CONTRACT_VERDICTS = ("binds", "breaks", "undecided")
 CONTRACT_PAIR_TEXT = ("id", "caller", "caller_version", "callee", "callee_version")
 CONTRACT_SITE_TEXT = ("pair", "kind", "site", "symbol", "reason")
+STARTUP_CHECK_TEXT = ("check", "dist", "version", "file", "status")
+STARTUP_ROW_TEXT = ("check", "site", "requirement")
 
 
 def _check_contracts(ck: _Checker, value: Any) -> Optional[Dict[str, Any]]:
@@ -294,17 +296,21 @@ def _check_contracts(ck: _Checker, value: Any) -> Optional[Dict[str, Any]]:
     section = ck.mapping(value, ["contracts"])
     if section is None:
         return None
-    for key, names in (("pairs", CONTRACT_PAIR_TEXT), ("sites", CONTRACT_SITE_TEXT)):
+    for key, label, names in (("pairs", "contract pair", CONTRACT_PAIR_TEXT), ("sites", "contract site", CONTRACT_SITE_TEXT),
+                              ("startup_checks", "start-up check", STARTUP_CHECK_TEXT),
+                              ("startup", "start-up requirement", STARTUP_ROW_TEXT)):
         rows = ck.seq(section.get(key), ["contracts", key]) or []
         for i, row in enumerate(rows):
             where: List[Key] = ["contracts", key, i]
             m = ck.mapping(row, where, optional=False) or {}
             for f in names:
                 if m.get(f) is None:
-                    raise ck.fail(where, f"a contract {key[:-1]} needs {f!r}", hint=RECREATE)
+                    raise ck.fail(where, f"a {label} needs {f!r}", hint=RECREATE)
                 m[f] = ck.text(m[f], [*where, f], optional=False)
             if key == "sites" and m.get("verdict") not in CONTRACT_VERDICTS:
                 raise ck.fail([*where, "verdict"], f"verdict must be one of {', '.join(CONTRACT_VERDICTS)}, got {m.get('verdict')!r}")
+            if key == "startup" and not isinstance(m.get("mandatory", False), bool):
+                raise ck.fail([*where, "mandatory"], "mandatory must be true or false")
             rows[i] = m
         section[key] = rows
     return section

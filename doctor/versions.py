@@ -114,6 +114,32 @@ def version_matches(version: str, spec: str) -> bool:
     return all(_clause(public, op, target) for op, target in parse_spec(spec))
 
 
+def version_verdict(version: str, spec: str) -> Optional[bool]:
+    """`version_matches`, except for a development snapshot with a build label (2.9.0.dev0+g1a2b3c,
+    a source build between two releases; 2.6.0.dev20241112+cu124, a nightly), which
+    `version_matches` reads as release X: where the answer depends on that, i.e. reading it as
+    release X and as a build before X disagree, None (whether the snapshot has the change made at
+    X is not known). Without a label (0.9.2.dev0) PEP 440 already keeps it on neither side of X; a
+    spec that names a pre-release itself (>=0.9.2.dev0) is taken as written."""
+    v = parse_version(version)
+    if v is None or v.dev is None or not v.local:
+        return version_matches(version, spec)
+    clauses = parse_spec(spec)
+    if any(not t.endswith(".*") and Version(t).is_prerelease for _, t in clauses):
+        return version_matches(version, spec)
+    as_release = all(_clause(Version(v.base_version), op, t) for op, t in clauses)
+    before = Version(v.public)  # plain ordering: after every release below X, before X itself
+    as_before = all(_plain(before, op, t) for op, t in clauses)
+    return as_release if as_release == as_before else None
+
+
+def _plain(v: Version, op: str, target: str) -> bool:
+    if target.endswith(".*") or op == "~=":
+        return _clause(v, op, target)
+    t = Version(target)
+    return {"==": v == t, "===": v == t, "!=": v != t, "<": v < t, "<=": v <= t, ">": v > t, ">=": v >= t}[op]
+
+
 def below_release(version: str, since: str) -> bool:
     """Whether `version` is older than the release `since`, by the same test a rule's
     `{package: P, version: "<since"}` makes (the coverage floor and TE-OLDER-THAN-COVERED agree)."""

@@ -24,11 +24,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
+from doctor.memo import Memo
 from doctor.fix.install import extras_for, install_commands
 from doctor.fix.recheck import apply_fix, compare
 from doctor.fix.resolve import Resolution, resolve
@@ -856,8 +856,8 @@ def _alternatives(planner: _Planner, chosen: FrozenSet[int]) -> List[Alternative
 # Plans this process computed, by their inputs: the catalogues by identity (each entry holds them,
 # so an id is not reused while it is kept) and the facts, workload and diagnosis by value (their
 # reprs spell out every field). Planning is pure, so an equal input gets an equal plan.
-_PLANS: "OrderedDict[Tuple[Any, ...], Tuple[ReleaseCatalogue, Catalogue, FixPlan]]" = OrderedDict()
 _PLANS_MAX = 8
+_PLANS: "Memo[Tuple[Any, ...], Tuple[ReleaseCatalogue, Catalogue, FixPlan]]" = Memo(_PLANS_MAX)
 
 
 def plan_fixes(
@@ -872,13 +872,8 @@ def plan_fixes(
     key = (id(rel), id(cat), repr(facts), repr(workload), None if diagnosis is None else repr(diagnosis))
     kept = _PLANS.get(key)
     if kept is not None and kept[0] is rel and kept[1] is cat:
-        _PLANS.move_to_end(key)
         return kept[2]
-    plan = _plan(rel, cat, facts, workload, diagnosis)
-    _PLANS[key] = (rel, cat, plan)
-    while len(_PLANS) > _PLANS_MAX:
-        _PLANS.popitem(last=False)
-    return plan
+    return _PLANS.put(key, (rel, cat, _plan(rel, cat, facts, workload, diagnosis)))[2]
 
 
 def _plan(rel: ReleaseCatalogue, cat: Catalogue, facts: Facts, workload: Workload, diagnosis: Optional[Diagnosis]) -> FixPlan:

@@ -224,6 +224,16 @@ def _contracts(scan: packages.PackageScan, src: Sources) -> Dict[str, Any]:
     return analyse(scan, load_specs(cache_dir=src.cache_dir), src.cache_dir)
 
 
+def _startup(scan: packages.PackageScan) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """The start-up checks of the installed frameworks (doctor.probe.startup): one small file each."""
+    from doctor.probe.startup import analyse, load_checks
+
+    checks = load_checks()
+    if not any(c.dist in scan.dists for c in checks):
+        return [], []
+    return analyse(scan, checks)
+
+
 def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[str, Any]:
     """The snapshot document for this machine (see docs/snapshot.md). Never raises.
 
@@ -285,6 +295,9 @@ def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[s
     }
     imports = _imports(result, scan, why_not, notes)
     contracts = notes.guard("contracts", lambda: _contracts(scan, src), None)
+    startup = notes.guard("contracts.startup", lambda: _startup(scan), None)
+    if contracts is not None and startup is not None and startup[0]:
+        contracts["startup_checks"], contracts["startup"] = startup
     if contracts is not None:
         notes.provenance["contracts"] = (
             f"static analysis of the installed sources ({contracts.pop('parsed_files')} file(s) parsed, "

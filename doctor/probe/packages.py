@@ -134,6 +134,10 @@ def scan(paths: Sequence[str]) -> PackageScan:
                 if skip is not None and skip.name not in dists:
                     skipped.append(skip)
                 continue
+            if folder.startswith("__editable__") and folder.endswith("_finder.py"):
+                for module, where in _editable_mapping(os.path.join(entry, folder)).items():
+                    modules.setdefault(module, where)  # `pip install -e` (setuptools' import hook)
+                continue
             if folder.startswith((".", "__")):
                 continue
             module = _MODULE_SUFFIX.sub("", folder)
@@ -143,6 +147,29 @@ def scan(paths: Sequence[str]) -> PackageScan:
     # one import would use; a skipped entry for a name we did find is noise.
     kept = tuple(s for s in skipped if s.name not in dists)
     return PackageScan(dists=dists, skipped=kept, modules=modules, paths=tuple(listed))
+
+
+def _editable_mapping(path: str) -> Dict[str, str]:
+    """{top-level module: source folder} from setuptools' editable finder (`MAPPING = {...}`),
+    read with ast; {} when it is not of that shape."""
+    import ast
+
+    try:
+        if os.path.getsize(path) > 1024 * 1024:
+            return {}
+        with open(path, "rb") as fh:
+            tree = ast.parse(fh.read())
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "MAPPING" for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except (ValueError, SyntaxError):
+                return {}
+            if isinstance(value, dict):
+                return {str(k): str(v) for k, v in value.items() if str(k).isidentifier() and isinstance(v, str)}
+    return {}
 
 
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*===?\s*([^\s;,]+)")

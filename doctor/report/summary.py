@@ -80,19 +80,25 @@ def _cuda_detail(report: Report) -> str:
     return ", ".join(parts) or "unknown"
 
 
-def framework_detail(fw: str, report: Report) -> Optional[str]:
+# What the backend model could say about a framework: the mark it gives a clean area, and why.
+_STATE_MARK = {"selected": "ok", "none": "warning", "undecided": "unknown", "not_covered": "unknown"}
+
+
+def framework_detail(fw: str, report: Report) -> Optional[Tuple[str, str]]:
+    """(state, detail) for a framework the backend model knows, None otherwise; state is one of
+    _STATE_MARK's keys."""
     bs = [b for b in report.backends if b.framework == fw]
     if not bs:
         return None
     sel = next((b for b in bs if b.selected), None)
     if sel is not None:
         n = sum(1 for b in bs if b.available)
-        return f"uses {sel.name} ({n}/{len(bs)} backends available)"
+        return "selected", f"uses {sel.name} ({n}/{len(bs)} backends available)"
     if bs[0].not_covered:  # the whole framework is older than the catalogue covers
-        return "not checked: " + bs[0].not_covered
+        return "not_covered", "not checked: " + bs[0].not_covered
     if any(b.available is None for b in bs):
-        return "backend choice undecided (unknown facts)"
-    return "no backend for this workload"
+        return "undecided", "backend choice undecided (unknown facts)"
+    return "none", "no backend for this workload"  # an error only where a finding says it is in use
 
 
 def area_lines(report: Report) -> List[AreaLine]:
@@ -112,17 +118,15 @@ def area_lines(report: Report) -> List[AreaLine]:
     pkgs = report.facts.packages or {}
     for fw in FRAMEWORK_AREAS:
         fs = by_area.pop(fw, [])
-        det = framework_detail(fw, report)
-        if det is None and not fs:
+        state = framework_detail(fw, report)
+        if state is None and not fs:
             continue
         version = (report.facts.torch.version or pkgs.get("torch")) if fw == "torch-sdpa" else pkgs.get(fw)
         title = AREA_TITLES[fw] + (f" {version}" if version else "")
         mark = worst(fs)
-        if det == "no backend for this workload" and mark == "ok":
-            mark = "warning"  # an error only where a finding says this framework is in use
-        elif det is not None and det.startswith(("backend choice undecided", "not checked")) and mark == "ok":
-            mark = "unknown"
-        lines.append(AreaLine(fw, mark, title, det or ""))
+        if state is not None and mark == "ok":
+            mark = _STATE_MARK[state[0]]
+        lines.append(AreaLine(fw, mark, title, state[1] if state else ""))
     kernel_findings = by_area.pop("kernels", [])
     for area in sorted(by_area):
         fs = by_area[area]

@@ -102,6 +102,11 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         cp_impl = workload.context_parallel.impl
     else:
         guess = CP_BY_FRAMEWORK.get(framework or "")
+        if guess is None and framework in HF_BASED:
+            # transformers/TRL/PEFT shard the sequence through accelerate's ParallelismConfig
+            # (cp_backend "torch", accelerate 1.10.0-1.15.0 parallelism_config.py); a transformers
+            # model never calls TE's context parallelism, installed or not
+            guess = "torch_ring"
         if guess is None:
             guess = "te" if installed_te(packages) is not None else "torch_ring"
         cp_impl = guess
@@ -109,7 +114,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
     needs_mask = workload.mask == "arbitrary" or (workload.padding and workload.packing == "padded")
     return CallPath(
         needs_mask=needs_mask,
-        gqa_form=_gqa_form(workload, framework, library, needs_mask, packages),
+        gqa_form=_gqa_form(workload, framework, library, needs_mask, packages, facts.env),
         model_supports=model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None,
         framework=framework,
         attention=attention,
@@ -121,10 +126,11 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
     )
 
 
-def _gqa_form(workload: Workload, framework: Optional[str], library: Optional[str], needs_mask: bool, packages: Mapping[str, str]) -> Optional[str]:
-    """transformers' SDPA path copies kv heads up (repeat_kv) unless it can pass enable_gqa:
-    from 4.54 (integrations/sdpa_attention.py use_gqa_in_sdpa) with torch >= 2.5 and no mask
-    tensor. TE and flash-attn take fewer kv heads natively."""
+def _gqa_form(workload: Workload, framework: Optional[str], library: Optional[str], needs_mask: bool, packages: Mapping[str, str], env: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """transformers' SDPA path copies kv heads up (repeat_kv) unless it can pass enable_gqa
+    (integrations/sdpa_attention.py use_gqa_in_sdpa, CUDA branch): from 4.54 with torch >= 2.5 and
+    no mask tensor; from 5.13 also only when q/k and v head dims are equal and at most 256; from
+    5.23 always when TRANSFORMERS_SDPA_FORCE_GQA=1. TE and flash-attn take fewer kv heads natively."""
     from doctor.versions import version_matches
 
     if not workload.gqa:
@@ -135,7 +141,25 @@ def _gqa_form(workload: Workload, framework: Optional[str], library: Optional[st
         tf, torch = packages.get("transformers"), packages.get("torch")
         if tf is None or torch is None:
             return None
-        if version_matches(tf, ">=4.54") and version_matches(torch, ">=2.5") and not needs_mask:
+        if version_matches(tf, ">=5.23") and (env or {}).get("TRANSFORMERS_SDPA_FORCE_GQA") == "1":
             return "enable_gqa"
-        return "repeat_kv"
+        if not version_matches(tf, ">=4.54") or not version_matches(torch, ">=2.5"):
+            return "repeat_kv"
+        if _hf_sdpa_mask_tensor(workload, needs_mask):
+            return "repeat_kv"
+        if version_matches(tf, ">=5.13") and not (workload.head_dim_qk == workload.head_dim_v <= 256):
+            return "repeat_kv"
+        return "enable_gqa"
     return None
+
+
+def _hf_sdpa_mask_tensor(workload: Workload, needs_mask: bool) -> bool:
+    """Whether transformers' SDPA path builds a mask tensor instead of passing is_causal
+    (masking_utils._ignore_causal_mask_sdpa, 4.54.0-5.23.0): a padding or arbitrary mask, a
+    sliding window the keys reach (kv_length >= sliding_window), or more than one query row
+    against a different number of keys."""
+    if needs_mask:
+        return True
+    if workload.sliding_window and not workload.window_longer_than_seq:
+        return True
+    return workload.seq_len_q != 1 and workload.seq_len_q != workload.seq_len_kv

@@ -12,9 +12,10 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+from doctor.memo import Memo
 from doctor.rules.callpath import FIELDS as PATH_FIELDS
 from doctor.rules.callpath import CallPath
-from doctor.versions import canonical_name, release, version_matches
+from doctor.versions import canonical_name, release, version_matches, version_verdict
 from doctor.model import (
     WORKLOAD_DERIVED,
     WORKLOAD_UNKNOWN_WHEN_NONE,
@@ -57,9 +58,20 @@ FACT_PATHS = frozenset(
     + [f"workload.{name}" for name in WORKLOAD_DERIVED]
     + [f"path.{name}" for name in PATH_FIELDS]
 )
-FACT_PREFIXES = ("env.", "imports.", "package.")
+FACT_PREFIXES = ("env.", "imports.", "package.", "startup.")
 # Derived from the release catalogue (doctor/rules/wheel_facts.py)
 WHEEL_FACT_PATHS = frozenset(f"wheels.flash-attn.{n}" for n in ("wheel", "needs_build", "broken_wheel", "why", "build"))
+
+
+def startup_read(facts: Facts, check_id: str) -> bool:
+    """The start-up check `check_id` was read from the framework as installed (doctor.probe.startup)."""
+    section = facts.contracts if isinstance(facts.contracts, Mapping) else {}
+    packages = facts.packages or {}
+    return any(
+        isinstance(r, Mapping) and r.get("check") == check_id and r.get("status") == "read"
+        and packages.get(str(r.get("dist"))) == r.get("version")
+        for r in section.get("startup_checks") or ()
+    )
 
 
 def is_known_fact_path(path: str) -> bool:
@@ -136,6 +148,10 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
             # package: these are released in lockstep, so any of them gives TE's version
             return Value(True, installed_te(facts.packages))
         return Value(True, facts.packages.get(name))
+    if head == "startup":
+        # whether the probe read this start-up check from the installed framework (then STARTUP-*
+        # judges its window from the code, and a version table of the same window stays silent)
+        return Value(True, startup_read(facts, rest))
     if head == "imports":
         name, _, attr = rest.rpartition(".")
         st = facts.imports.get(name)
@@ -320,15 +336,18 @@ class Context:
 
 
 Compiled = Callable[[Context], Outcome]
-_COMPILED: Dict[int, Tuple[Mapping[str, Any], Compiled]] = {}
+# Compiled trees by the identity of the condition dict. Each entry keeps its dict alive, so an id
+# is never reused while its entry stands (a catalogue has a few hundred trees; a caller that
+# builds conditions on the fly only recompiles).
+COMPILED_MAX = 4096
+_COMPILED: "Memo[int, Tuple[Mapping[str, Any], Compiled]]" = Memo(COMPILED_MAX)
 
 
 def evaluate(cond: Mapping[str, Any], ctx: Context) -> Outcome:
     """Evaluate a condition tree; each tree is compiled to closures once and reused."""
     hit = _COMPILED.get(id(cond))
     if hit is None or hit[0] is not cond:
-        hit = (cond, _compile(cond))
-        _COMPILED[id(cond)] = hit
+        hit = _COMPILED.put(id(cond), (cond, _compile(cond)))
     return hit[1](ctx)
 
 
@@ -369,7 +388,13 @@ def _compile(cond: Mapping[str, Any]) -> Compiled:
             if installed is not None and (v.value is not None) != installed:
                 return FALSE
             if spec is not None:
-                return TRUE if v.value is not None and version_matches(v.value, spec) else FALSE
+                if v.value is None:
+                    return FALSE
+                verdict = version_verdict(v.value, spec)
+                if verdict is None:
+                    return Outcome(None, (f"{cond['package']} {v.value} is a development snapshot of {release(v.value)}: "
+                                          f"whether it has the change at {spec} is not known (compare with a release)",))
+                return TRUE if verdict else FALSE
             return TRUE
 
         return package

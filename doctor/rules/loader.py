@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from doctor.errors import InputError, RuleError
+from doctor.memo import Memo
 from doctor.model import Fix, Pin, Severity
 from doctor.versions import canonical_name, parse_pin
 from doctor.yamlio import read_yaml
@@ -402,11 +403,12 @@ def _files(dirs: Iterable[Path]) -> List[Path]:
         if not d.is_dir():
             raise RuleError("no such rule file or folder", path=str(d), hint="pass a .yaml file or a folder of them")
         # rules/contracts/ holds caller/callee pairs (doctor.probe.contract_specs), rules/cluster/ the
-        # cross-rank comparison table (doctor.cluster.facts) and rules/releases/
-        # the release catalogue and install recipes (doctor.releases, doctor.fix.install): not rules
+        # cross-rank comparison table (doctor.cluster.facts), rules/releases/ the release catalogue
+        # and install recipes (doctor.releases, doctor.fix.install) and rules/startup/ the
+        # frameworks' start-up checks (doctor.probe.startup): not rules
         out.extend(sorted(
             p for p in d.rglob("*.y*ml")
-            if p.suffix in (".yaml", ".yml") and not {"cluster", "contracts", "releases"} & set(p.relative_to(d).parts[:-1])
+            if p.suffix in (".yaml", ".yml") and not {"cluster", "contracts", "releases", "startup"} & set(p.relative_to(d).parts[:-1])
         ))
     return out
 
@@ -645,16 +647,8 @@ def _shadowed(builtin: Path, extra_files: Sequence[Path]) -> set:
     return out
 
 
-_LOADED: Dict[str, Catalogue] = {}  # per process, by the files' fingerprint (wherever the cache folder is)
 _LOADED_MAX = 4  # a long-lived process (tests, cluster) that reads many rule folders keeps only the latest
-
-
-def _remember(key: str, cat: Catalogue) -> Catalogue:
-    _LOADED.pop(key, None)
-    while len(_LOADED) >= _LOADED_MAX:
-        _LOADED.pop(next(iter(_LOADED)))
-    _LOADED[key] = cat
-    return cat
+_LOADED: "Memo[str, Catalogue]" = Memo(_LOADED_MAX)  # per process, by the files' fingerprint (wherever the cache folder is)
 
 
 def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use_cache: bool = True, shadow: bool = False) -> Catalogue:
@@ -672,14 +666,15 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
     if use_cache:
         try:
             fingerprint = _fingerprint(files)
-            if fingerprint in _LOADED:
+            seen = _LOADED.get(fingerprint)
+            if seen is not None:
                 # same files, same sizes and times: this process read them already (even if the
                 # cache folder moved since, as $XDG_CACHE_HOME does between tests)
-                return _LOADED[fingerprint]
+                return seen
             cache_dir = _cache_dir()
             cache_file = cache_dir / f"catalogue-{fingerprint}.json" if cache_dir else None
             if cache_file and cache_file.is_file():
-                return _remember(fingerprint, _from_json(json.loads(cache_file.read_text(encoding="utf-8"))))
+                return _LOADED.put(fingerprint, _from_json(json.loads(cache_file.read_text(encoding="utf-8"))))
         except (OSError, ValueError, KeyError, TypeError):
             pass  # unreadable or stale cache: rebuilt below and overwritten
     frameworks: List[Framework] = []
@@ -691,7 +686,7 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
     _check_catalogue(frameworks, rules)
     cat = Catalogue(tuple(frameworks), tuple(rules))
     if fingerprint is not None:
-        _remember(fingerprint, cat)
+        _LOADED.put(fingerprint, cat)
     if cache_file is not None:
         try:
             cache_file.parent.mkdir(parents=True, exist_ok=True)

@@ -67,7 +67,7 @@ def _no_nvml() -> Any:
 def _catalogue() -> Any:
     """The shipped catalogue without seeds.yaml, home of the version-table rule for seed 000."""
     files = [p for p in sorted(rules_dir().rglob("*.yaml"))
-             if not {"contracts", "cluster"} & set(p.parts) and p.name != "seeds.yaml"]
+             if not {"contracts", "cluster", "startup"} & set(p.parts) and p.name != "seeds.yaml"]
     cat = load_catalogue(files, builtin=False, use_cache=False)
     assert not any(r.id == "TE-CP-FLASH-ATTN-SOFTCAP" for r in cat.rules)
     return cat

@@ -37,6 +37,7 @@ ARTIFACTS = {
     ("xtuner", "xtuner-0.1.23-py3-none-any.whl"): "fb9398b1ecd3c371d5a8dc8efa19540abfa853fd9c1d585ec25a6bd30820c6d4",
     ("transformers", "transformers-4.48.0-py3-none-any.whl"): "6d3de6d71cb5f2a10f9775ccc17abce9620195caaf32ec96542bd2a6937f25b0",
     ("llamafactory", "llamafactory-0.8.3-py3-none-any.whl"): "0a8baa7e7d953f36d7697778d3031fdcbabacedcb2afa74f209a1c226c9f92d4",
+    ("llamafactory", "llamafactory-0.9.2-py3-none-any.whl"): "f0b080c2cd353ffb400c804305876000d1265567cd20f48f476292582e209e4a",
     ("verl", "verl-0.6.0-py3-none-any.whl"): "2666528b8ab4494e2ac40c282a99281296c2d9dc9675ceac6bea8d41fb69b321",
     ("transformers", "transformers-4.56.1-py3-none-any.whl"): "1697af6addfb6ddbce9618b763f4b52d5a756f6da4899ffd1b4febf58b779248",
     ("unsloth", "unsloth-2024.8-py3-none-any.whl"): "da2ee4de96a10b7489723dc5d3c6a2ef383774f7cf249abe44919c615ae8df49",

@@ -171,3 +171,41 @@ def test_transformer_engine_version_is_read_from_any_te_distribution() -> None:
     assert evaluate({"package": "transformer-engine", "installed": False}, ctx({"packages": {"torch": "2.8.0"}})).value is True
     # transformer-engine-jax is not TE for PyTorch
     assert evaluate({"package": "transformer-engine", "installed": False}, ctx({"packages": {"transformer-engine-jax": "2.8.0"}})).value is True
+
+
+def test_conditions_built_on_the_fly_do_not_grow_the_compiled_cache_without_bound() -> None:
+    from doctor.rules import conditions
+
+    c = ctx({"packages": {"flash-attn": "2.6.3"}})
+    kept = {"package": "flash-attn", "version": ">=2.6"}
+    assert evaluate(kept, c).value is True
+    for i in range(conditions.COMPILED_MAX + 500):
+        # a new dict each time, as a caller building conditions per call would
+        assert evaluate({"package": "flash-attn", "version": f">=2.{i % 9}"}, c).value is (i % 9 <= 6)
+    assert len(conditions._COMPILED) <= conditions.COMPILED_MAX
+    # a condition dropped from the cache is compiled again and still answers right
+    assert evaluate(kept, c).value is True
+    assert evaluate({"package": "flash-attn", "version": ">=2.7"}, c).value is False
+
+
+@pytest.mark.parametrize(
+    "version, spec, expected",
+    [
+        ("2.9.0.dev0+g1a2b3c", ">=2.9", None),  # a source build between 2.8 and 2.9: has 2.9's change?
+        ("2.9.0.dev0+g1a2b3c", "<2.9", None),
+        ("2.9.0.dev0+g1a2b3c", ">=2.8", True),  # after 2.8 either way
+        ("2.9.0.dev0+g1a2b3c", ">=2.9.1", False),  # before 2.9.1 either way
+        ("2.6.0.dev20241112+cu124", ">=2.5,<2.6", None),  # a torch nightly of 2.6
+        ("2.6.0.dev20241112+cu124", ">=2.5,<2.7", True),
+        ("2.9.0", ">=2.9", True),  # releases and NGC pre-releases as before
+        ("2.3.0a0+6ddf5cf.nv24.04", ">=2.3", True),
+        ("0.9.2.dev0", "<0.9.2", False),  # no build label: PEP 440 keeps it on neither side
+        ("0.9.2.dev0+g1", ">=0.9.2.dev0,<0.9.3", True),  # a spec naming the pre-release is taken as written
+    ],
+)
+def test_a_development_snapshot_at_a_boundary_is_not_known(version: str, spec: str, expected: object) -> None:
+    c = ctx({"packages": {"transformer-engine": version}})
+    out = evaluate({"package": "transformer-engine", "version": spec}, c)
+    assert out.value is expected, (version, spec, out)
+    if expected is None:
+        assert any("development snapshot" in m and "compare with a release" in m for m in out.missing)

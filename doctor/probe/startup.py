@@ -1,0 +1,188 @@
+"""Start-up checks: the dependency versions a framework itself refuses to start without, read
+from its installed code (docs/contracts.md, "Start-up checks").
+
+A version table of a framework's dependency window (rules/findings/framework_api.yaml) knows
+the releases that existed when it was written; a development snapshot (LLaMA-Factory installed
+from git reports `0.9.3.dev0` while its window moves from commit to commit) or a newer release
+is judged here by the requirement strings in the installed file instead. The specs live in
+rules/startup/*.yaml (validated, errors name file:line); the probe parses one file per
+installed framework with `ast`, never importing it.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from doctor.errors import RuleError
+from doctor.probe.contract_specs import _TAG_URL, _ID, _compose, _Node, _Reader
+from doctor.probe.packages import PackageScan, normalize
+
+MAX_SOURCE_BYTES = 2 * 1024 * 1024  # a start-up module is a few KB; larger is not what we look for
+
+
+@dataclass(frozen=True)
+class StartupCheck:
+    id: str
+    title: str
+    dist: str
+    module: str  # top-level package whose folder holds `file` (an editable install included)
+    file: str
+    function: str
+    calls: Tuple[str, ...]  # callees whose first argument is a requirement string
+    skip_env: Optional[str]  # a variable that skips the non-mandatory checks
+    skip_values: Tuple[str, ...]  # its values (compared lower-case) that every release accepts
+    runs: str
+    sources: Tuple[str, ...]
+    path: str
+    line: int
+
+
+def _check(r: _Reader, node: _Node) -> StartupCheck:
+    m = r.mapping(node, "check", ["id", "title", "dist", "module", "file", "function", "calls", "runs", "sources"],
+                  ["skip_env", "skip_values"])
+    cid = r.text(m["id"], "id")
+    if not _ID.match(cid):
+        raise r.fail(m["id"], f"check id {cid!r}: use lower-case letters, digits and dashes")
+    where = f"check {cid}"
+    sources = r.texts(m["sources"], f"{where}.sources")
+    for i, s in enumerate(sources):
+        if not _TAG_URL.match(s):
+            raise r.fail(m["sources"].value[i], f"{where}: source {s!r} is not a file at a release tag or an issue/PR")
+    skip_env = r.text(m["skip_env"], f"{where}.skip_env") if "skip_env" in m else None
+    skip_values = tuple(v.lower() for v in r.texts(m["skip_values"], f"{where}.skip_values")) if "skip_values" in m else ()
+    if (skip_env is None) != (not skip_values):
+        raise r.fail(node, f"{where}: skip_env and skip_values go together")
+    return StartupCheck(
+        id=cid, title=r.text(m["title"], f"{where}.title"), dist=normalize(r.text(m["dist"], f"{where}.dist")),
+        module=r.text(m["module"], f"{where}.module"), file=r.text(m["file"], f"{where}.file"),
+        function=r.text(m["function"], f"{where}.function"), calls=r.texts(m["calls"], f"{where}.calls"),
+        skip_env=skip_env, skip_values=skip_values, runs=" ".join(r.text(m["runs"], f"{where}.runs").split()),
+        sources=sources, path=r.path, line=node.line,
+    )
+
+
+def load_checks(directory: Optional[Path] = None) -> Tuple[StartupCheck, ...]:
+    """Every check in rules/startup/*.yaml (or `directory`), ids unique."""
+    from doctor.resources import rules_dir
+
+    folder = directory if directory is not None else rules_dir() / "startup"
+    out: List[StartupCheck] = []
+    seen: Dict[str, StartupCheck] = {}
+    for f in sorted(folder.glob("*.yaml")) if folder.is_dir() else ():
+        name = str(f)
+        try:
+            text = f.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise RuleError(f"cannot read ({exc.strerror or exc})", path=name) from None
+        root = _compose(text, name)
+        r = _Reader(name)
+        if root is None:
+            raise RuleError("empty start-up check file", path=name, hint="a start-up check file holds `checks:`")
+        top = r.mapping(root, "top level", ["checks"], [])
+        if not isinstance(top["checks"].value, list):
+            raise r.fail(top["checks"], "checks: expected a list")
+        for n in top["checks"].value:
+            c = _check(r, n)
+            if c.id in seen:
+                raise RuleError(f"check {c.id}: duplicate id (also at {seen[c.id].path}:{seen[c.id].line})", path=name, line=c.line)
+            seen[c.id] = c
+            out.append(c)
+    return tuple(out)
+
+
+def _requirements(tree: ast.Module, check: StartupCheck) -> Optional[List[Tuple[int, str, bool]]]:
+    """(line, requirement, mandatory) for each call in the function; None if there is no such function."""
+    fn = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == check.function), None)
+    if fn is None:
+        return None
+    out = []
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        f = node.func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+        first = node.args[0]
+        if name not in check.calls or not isinstance(first, ast.Constant) or not isinstance(first.value, str):
+            continue
+        mandatory = any(k.arg == "mandatory" and isinstance(k.value, ast.Constant) and k.value.value is True for k in node.keywords)
+        out.append((node.lineno, first.value, mandatory))
+    return sorted(out)
+
+
+def analyse(scan: PackageScan, checks: Sequence[StartupCheck]) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """(checks, requirements) rows for the snapshot's `contracts.startup*` keys; only checks whose
+    distribution is installed are read."""
+    read: List[Dict[str, Any]] = []
+    rows: List[Dict[str, Any]] = []
+    for c in checks:
+        dist = scan.dists.get(c.dist)
+        folder = scan.modules.get(c.module)
+        if dist is None or folder is None:
+            continue
+        path = os.path.join(folder, *c.file.split("/"))
+        rel = f"{c.module}/{c.file}"
+        status = "read"
+        found: Optional[List[Tuple[int, str, bool]]] = None
+        try:
+            if os.path.getsize(path) > MAX_SOURCE_BYTES:
+                status = "too large to read"
+            else:
+                with open(path, "rb") as fh:
+                    found = _requirements(ast.parse(fh.read(), filename=rel), c)
+                if found is None:
+                    status = f"no function {c.function}"
+        except FileNotFoundError:
+            status = "file not found"
+        except (OSError, SyntaxError, ValueError, RecursionError) as exc:
+            status = f"unreadable: {type(exc).__name__}"
+        read.append({"check": c.id, "dist": c.dist, "version": dist.version, "file": rel, "status": status})
+        for line, requirement, mandatory in found or ():
+            rows.append({"check": c.id, "site": f"{rel}:{line}", "requirement": requirement, "mandatory": mandatory})
+    return read, rows
+
+
+# transformers.utils.versions.require_version, which LLaMA-Factory's checks call: a name, then
+# comma-separated clauses, each compared with packaging's Version (no specifier semantics). It
+# keeps the clauses in a dict keyed by operator, so of several clauses with one operator only the
+# last is tested: in "transformers>=4.41.2,<=4.49.0,!=4.46.0,...,!=4.48.0" only !=4.48.0 excludes
+# (every transformers release 4.34-5.9 does this).
+_REQ = re.compile(r"^([^!=<>\s]+)([\s!=<>]{1,2}.+)$")
+_CLAUSE = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*$")
+
+
+def parse_requirement(text: str) -> Optional[Tuple[str, Tuple[Tuple[str, str], ...]]]:
+    """'transformers>=4.41.2,<=4.49.0' -> ('transformers', (('>=', '4.41.2'), ('<=', '4.49.0'))), the
+    clauses require_version tests; a bare name -> (name, ()); None if it is not of that shape."""
+    text = text.strip()
+    m = _REQ.match(text)
+    if not m:
+        return (normalize(text), ()) if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", text) else None
+    by_op: Dict[str, str] = {}
+    for part in m.group(2).split(","):
+        c = _CLAUSE.match(part)
+        if not c:
+            return None
+        by_op[c.group(1)] = c.group(2)  # a later clause with the same operator replaces the earlier
+    return normalize(m.group(1)), tuple(by_op.items())
+
+
+def satisfied(installed: str, clauses: Sequence[Tuple[str, str]]) -> Optional[bool]:
+    """require_version's test; None when a version does not parse."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        got = Version(installed)
+        pairs = [(op, Version(want)) for op, want in clauses]
+    except InvalidVersion:
+        return None
+    ops = {"<": got.__lt__, "<=": got.__le__, "==": got.__eq__, "!=": got.__ne__, ">=": got.__ge__, ">": got.__gt__}
+    return all(ops[op](want) for op, want in pairs)
+
+
+def skipped(check: StartupCheck, env: Mapping[str, str]) -> bool:
+    return check.skip_env is not None and str(env.get(check.skip_env, "")).strip().lower() in check.skip_values

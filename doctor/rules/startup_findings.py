@@ -1,0 +1,192 @@
+"""The STARTUP-* finding family: a framework that refuses to start, by its own dependency check.
+
+The probe reads the requirement strings from the installed framework (doctor.probe.startup; the
+snapshot's `contracts.startup_checks` and `contracts.startup`). Here each check with a
+requirement the installed versions do not meet becomes one error finding: which requirement,
+where it is written, what is installed, the exception the framework raises, and the fixes: the
+newest releases the requirement accepts (where the release catalogue lists the package), and
+the check's own skip variable when every unmet requirement may be skipped. Each fix is
+re-checked: the requirements are evaluated again with it applied, and the catalogue is run again
+so a fix that brings up another error is dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
+
+from doctor.model import Facts, Finding, Fix, Pin, Severity, Workload
+
+PREFIX = "STARTUP-"
+NAMES = {"llamafactory": "LLaMA-Factory"}
+
+
+def rule_id(check_id: str) -> str:
+    return PREFIX + check_id.upper()
+
+
+Unmet = Tuple[Mapping[str, Any], Optional[str], Tuple[Tuple[str, str], ...]]
+
+
+def _unmet(rows: Sequence[Mapping[str, Any]], packages: Mapping[str, str], env: Mapping[str, str], check: Any) -> List[Unmet]:
+    """(row, installed version or None, clauses tested) for each requirement that raises."""
+    from doctor.probe.startup import parse_requirement, satisfied, skipped
+
+    skip = skipped(check, env)
+    out: List[Unmet] = []
+    for row in rows:
+        if skip and not row.get("mandatory"):
+            continue
+        parsed = parse_requirement(str(row["requirement"]))
+        if parsed is None or parsed[0] == "python":
+            continue  # a shape require_version refuses itself, or the interpreter: not judged here
+        name, clauses = parsed
+        got = packages.get(name)
+        if got is None:
+            out.append((row, None, clauses))
+        elif clauses and satisfied(got, clauses) is False:
+            out.append((row, got, clauses))
+    return out
+
+
+def _newest(name: str, clauses: Tuple[Tuple[str, str], ...]) -> Optional[str]:
+    from packaging.version import InvalidVersion, Version
+
+    from doctor.probe.startup import satisfied
+    from doctor.releases.catalogue import load_release_catalogue
+
+    try:
+        versions = load_release_catalogue().versions(name)
+    except (OSError, ValueError, KeyError):
+        return None
+    ok = []
+    for v in versions:
+        try:
+            if Version(v).is_prerelease:
+                continue
+        except InvalidVersion:
+            continue
+        if satisfied(v, clauses):
+            ok.append(Version(v))
+    return str(max(ok)) if ok else None
+
+
+def startup_findings(facts: Facts, checks: Sequence[Any], cat: Any = None, workload: Optional[Workload] = None,
+                     diagnosis: Any = None) -> Tuple[Tuple[Finding, ...], Tuple[Tuple[str, str], ...]]:
+    """(findings, rule results) for the start-up checks recorded in `facts` (see the module doc).
+    With the catalogue, workload and diagnosis given, fixes that bring up a new error are dropped
+    and new warnings are named."""
+    section = facts.contracts
+    if not isinstance(section, Mapping):
+        return (), ()
+    by_id = {c.id: c for c in checks}
+    packages = facts.packages or {}
+    env = facts.env or {}
+    rows = [r for r in section.get("startup") or () if isinstance(r, Mapping)]
+    findings: List[Finding] = []
+    results: List[Tuple[str, str]] = []
+    for read in section.get("startup_checks") or ():
+        if not isinstance(read, Mapping):
+            continue
+        check = by_id.get(str(read.get("check")))
+        if check is None:  # a snapshot from another attn-doctor with a check this one does not ship
+            continue
+        rid = rule_id(check.id)
+        name = NAMES.get(check.dist, check.dist)
+        version = str(read.get("version"))
+        mine = [r for r in rows if r.get("check") == check.id]
+        if read.get("status") != "read":
+            findings.append(Finding(rid, Severity.WARNING, f"{name} {version}: its start-up check could not be read",
+                                    f"{read.get('file')}: {read.get('status')}", "not_evaluated", (), check.sources,
+                                    (f"contracts.startup.{check.id}",), check.dist))
+            results.append((rid, "not_evaluated"))
+            continue
+        if packages.get(check.dist) not in (None, version):
+            findings.append(Finding(rid, Severity.ERROR, f"{name}: start-up check not re-read for the assumed release",
+                                    f"The start-up check was read from {name} {version} as installed; with "
+                                    f"{check.dist} {packages.get(check.dist)} assumed it was not read again.",
+                                    "not_evaluated", (), check.sources, (f"contracts.startup.{check.id}",), check.dist))
+            results.append((rid, "not_evaluated"))
+            continue
+        unmet = _unmet(mine, packages, env, check)
+        if not unmet:
+            results.append((rid, "passed"))
+            continue
+        lines = []
+        for row, got, clauses in unmet:
+            req = str(row["requirement"])
+            tested = ",".join(op + v for op, v in clauses)
+            if got is None:
+                what = (f"{_name(req)} is not installed: PackageNotFoundError \"The '{req}' distribution was not "
+                        f"found and is required by this application.\"")
+            else:
+                what = (f"{got} is installed: ImportError \"{req} is required for a normal functioning of this "
+                        f"module, but found {_name(req)}=={got}.\"")
+            spec = req[len(req) - len(req.lstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")):].replace(" ", "")
+            shown = f"; only {tested} is tested" if clauses and spec != tested else ""
+            lines.append(f"\n  - {req} ({row['site']}{shown}): {what}")
+        skippable = check.skip_env is not None and not any(r.get("mandatory") for r, _, _ in unmet)
+        title = f"{name} {version} refuses to start: its start-up check rejects " + ", ".join(
+            f"{_name(str(r['requirement']))} {g}" if g else f"a missing {_name(str(r['requirement']))}" for r, g, _ in unmet)
+        message = (
+            f"Read from the installed code: {name} {version} checks its dependencies {check.runs} "
+            f"({check.function} in {read.get('file')}), and these requirements fail:" + "".join(lines)
+            + ("\nrequire_version keeps one clause per operator (the last one), so only the clauses named as tested count."
+               if any("; only " in x for x in lines) else "")
+            + (f"\n{check.skip_env}={check.skip_values[-1]} skips these checks." if skippable else "")
+        )
+        fixes = _recheck(_fixes(check, name, version, unmet, skippable), facts, check, mine, cat, workload, diagnosis)
+        findings.append(Finding(rid, Severity.ERROR, title, message, "fired", fixes, check.sources, (), check.dist))
+        results.append((rid, "fired"))
+    return tuple(findings), tuple(results)
+
+
+def _name(requirement: str) -> str:
+    from doctor.probe.startup import parse_requirement
+
+    parsed = parse_requirement(requirement)
+    return parsed[0] if parsed else requirement
+
+
+def _fixes(check: Any, name: str, version: str, unmet: Sequence[Unmet], skippable: bool) -> List[Fix]:
+    pins: List[Pin] = []
+    advice: List[str] = []
+    for row, _, clauses in unmet:
+        dep = _name(str(row["requirement"]))
+        newest = _newest(dep, clauses)
+        if newest is not None:
+            pins.append(Pin(dep, newest))
+        else:
+            advice.append(f'pip install "{row["requirement"]}"')
+    out: List[Fix] = []
+    if pins or advice:
+        out.append(Fix(description=f"Install the newest versions {name} {version}'s start-up check accepts",
+                       pins=tuple(pins), config=tuple(advice)))
+    if skippable:
+        out.append(Fix(description=f"Skip {name}'s start-up dependency check (it then runs with these versions untested)",
+                       env={str(check.skip_env): "1"}))
+    return out
+
+
+def _recheck(fixes: Sequence[Fix], facts: Facts, check: Any, rows: Sequence[Mapping[str, Any]], cat: Any,
+             workload: Optional[Workload], diagnosis: Any) -> Tuple[Fix, ...]:
+    from doctor.fix.recheck import apply_fix, compare
+
+    out = []
+    for fix in fixes:
+        if fix.config and not fix.pins:
+            out.append(fix)  # advice only: nothing to apply
+            continue
+        after = apply_fix(facts, workload, fix)[0] if workload is not None else facts
+        clears = not _unmet(rows, after.packages or {}, after.env or {}, check) and not fix.config
+        brings: Tuple[str, ...] = ()
+        if cat is not None and workload is not None and diagnosis is not None:
+            from doctor.rules.evaluate import diagnose
+
+            f2, w2 = apply_fix(facts, workload, fix)
+            result = compare(diagnosis, diagnose(cat, f2, w2), ())
+            if result.new_errors:
+                continue  # trades this error for another
+            brings = result.new_warnings
+        out.append(replace(fix, verified=True if clears else None, brings_up=brings))
+    return tuple(out)

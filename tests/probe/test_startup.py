@@ -1,0 +1,193 @@
+"""Start-up checks read from the installed code (doctor.probe.startup, STARTUP-* findings).
+
+LLaMA-Factory refuses to start unless its dependencies are inside the window its
+check_dependencies() writes down. The real 0.9.2 wheel's file is read here; a development
+snapshot (an editable install reporting 0.9.5.dev0) is a file written in the test, in the
+shape the releases use. Distributions the check names are dist-info folders with a version.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, Mapping
+
+import pytest
+
+from doctor.errors import InputError, RuleError
+from doctor.probe.collect import collect
+from doctor.probe.sources import Sources
+from doctor.probe.startup import load_checks, parse_requirement, satisfied
+from doctor.snapshot import facts_from_snapshot, load_snapshot
+import upstream
+
+RULE = "STARTUP-LLAMAFACTORY-DEPENDENCIES"
+
+
+@pytest.fixture(autouse=True)
+def _tmp_user_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+
+
+def _dist(site: Path, name: str, version: str) -> None:
+    d = site / f"{name}-{version}.dist-info"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (site / name).mkdir(exist_ok=True)
+    (site / name / "__init__.py").write_text("")
+
+
+def _probe(site: Path, environ: Mapping[str, str] = {}) -> Dict[str, Any]:
+    src = Sources(site_paths=[str(site)], environ=dict(environ), cache_dir=None, use_ldconfig=False,
+                  nvml_loader=lambda: None, which=lambda name: None, system_lib_dirs=(), system_include_dirs=())
+    return collect(loaded=False, sources=src)
+
+
+def _check(doc: Dict[str, Any], tmp_path: Path) -> Any:
+    from doctor.app import Inputs, check
+    from doctor.rules.loader import load_catalogue
+    from doctor.workload import default_workload
+
+    path = tmp_path / "snap.json"
+    path.write_text(json.dumps(doc))
+    facts = facts_from_snapshot(load_snapshot(path))
+    return check(Inputs(facts=facts, workload=default_workload(), catalogue=load_catalogue()))
+
+
+def _finding(report: Any) -> Any:
+    return next((f for f in report.findings if f.rule_id == RULE), None)
+
+
+@pytest.fixture
+def lf092(tmp_path: Path) -> Path:
+    site = tmp_path / "site"
+    upstream.install_wheel(site, "llamafactory-0.9.2-py3-none-any.whl", ["llamafactory/__init__.py", "llamafactory/extras/misc.py"])
+    for name, version in (("datasets", "3.2.0"), ("accelerate", "1.2.1"), ("peft", "0.12.0"), ("trl", "0.9.6")):
+        _dist(site, name, version)
+    return site
+
+
+def test_the_released_window_is_read_and_a_transformers_outside_it_refuses_to_start(lf092: Path, tmp_path: Path) -> None:
+    _dist(lf092, "transformers", "4.50.0")
+    doc = _probe(lf092)
+    reqs = [r["requirement"] for r in doc["contracts"]["startup"]]
+    assert reqs[0].startswith("transformers>=4.41.2,<=4.49.0,") and "trl>=0.8.6,<=0.9.6" in reqs
+    f = _finding(_check(doc, tmp_path))
+    assert f is not None and f.status == "fired" and f.severity.value == "error"
+    assert "rejects transformers 4.50.0" in f.title and "llamafactory/extras/misc.py:97" in f.message
+    pins = {p.name: p.version for p in f.fixes[0].pins}
+    assert pins == {"transformers": "4.49.0"} and f.fixes[0].verified
+    assert f.fixes[1].env == {"DISABLE_VERSION_CHECK": "1"}
+
+
+def test_only_the_last_exclusion_is_tested_as_require_version_does(lf092: Path, tmp_path: Path) -> None:
+    # 0.9.2 lists !=4.46.0 ... !=4.48.0, but require_version keeps one clause per operator
+    _dist(lf092, "transformers", "4.46.0")
+    report = _check(_probe(lf092), tmp_path)
+    assert _finding(report) is None and (RULE, "passed") in report.rule_results
+    lf2 = lf092.parent / "site2"
+    lf092.rename(lf2)
+    for d in lf2.glob("transformers-*"):
+        for f in d.iterdir():
+            f.unlink()
+        d.rmdir()
+    _dist(lf2, "transformers", "4.48.0")
+    f = _finding(_check(_probe(lf2), tmp_path))
+    assert f is not None and "only >=4.41.2,<=4.49.0,!=4.48.0 is tested" in f.message
+
+
+def test_the_skip_variable_passes_it_and_a_missing_dependency_refuses(lf092: Path, tmp_path: Path) -> None:
+    _dist(lf092, "transformers", "4.50.0")
+    doc = _probe(lf092)
+    doc["env"] = {"DISABLE_VERSION_CHECK": "True"}
+    assert _finding(_check(doc, tmp_path)) is None
+    doc["env"] = {"DISABLE_VERSION_CHECK": "yes"}  # not a value every release accepts
+    assert _finding(_check(doc, tmp_path)) is not None
+    for f in (lf092 / "trl-0.9.6.dist-info").iterdir():
+        f.unlink()
+    (lf092 / "trl-0.9.6.dist-info").rmdir()
+    _dist(lf092, "transformers", "4.49.0")
+    for f in (lf092 / "transformers-4.50.0.dist-info").iterdir():
+        f.unlink()
+    (lf092 / "transformers-4.50.0.dist-info").rmdir()
+    f = _finding(_check(_probe(lf092), tmp_path))
+    assert f is not None and "a missing trl" in f.title and "PackageNotFoundError" in f.message
+
+
+SNAPSHOT_MISC = '''
+from transformers.utils.versions import require_version
+
+
+def check_version(requirement: str, mandatory: bool = False) -> None:
+    require_version(requirement)
+
+
+def check_dependencies() -> None:
+    check_version("transformers>=4.55.0,<=5.6.0")
+    check_version("peft>=0.18.0,<=0.20.0")
+    check_version("torch>=2.4.0", mandatory=True)
+'''
+
+
+def test_a_development_snapshot_is_judged_by_the_window_in_its_own_file(tmp_path: Path) -> None:
+    repo = tmp_path / "repo" / "src"
+    (repo / "llamafactory" / "extras").mkdir(parents=True)
+    (repo / "llamafactory" / "__init__.py").write_text("")
+    (repo / "llamafactory" / "extras" / "misc.py").write_text(SNAPSHOT_MISC)
+    site = tmp_path / "site"
+    site.mkdir()
+    # `pip install -e .` with setuptools: a .pth that installs an import hook mapping the package
+    (site / "__editable__.llamafactory-0.9.5.dev0.pth").write_text("import __editable___llamafactory_0_9_5_dev0_finder\n")
+    (site / "__editable___llamafactory_0_9_5_dev0_finder.py").write_text(
+        f"import sys\nMAPPING = {{'llamafactory': {str(repo / 'llamafactory')!r}}}\nNAMESPACES = {{}}\n")
+    meta = site / "llamafactory-0.9.5.dev0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: llamafactory\nVersion: 0.9.5.dev0\n")
+    _dist(site, "transformers", "5.7.0")
+    _dist(site, "peft", "0.19.0")
+    _dist(site, "torch", "2.3.1")
+    doc = _probe(site)
+    assert doc["contracts"]["startup_checks"][0]["version"] == "0.9.5.dev0"
+    f = _finding(_check(doc, tmp_path))
+    assert f is not None and "rejects transformers 5.7.0, torch 2.3.1" in f.title
+    doc["env"] = {"DISABLE_VERSION_CHECK": "1"}  # skips the others, never mandatory=True
+    f = _finding(_check(doc, tmp_path))
+    assert f is not None and "rejects torch 2.3.1" in f.title and not any(x.env for x in f.fixes)
+
+
+def test_a_moved_function_is_said_not_guessed(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    (site / "llamafactory" / "extras").mkdir(parents=True)
+    (site / "llamafactory" / "__init__.py").write_text("")
+    (site / "llamafactory" / "extras" / "misc.py").write_text("def something_else():\n    pass\n")
+    meta = site / "llamafactory-1.0.0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: llamafactory\nVersion: 1.0.0\n")
+    report = _check(_probe(site), tmp_path)
+    f = _finding(report)
+    assert f is not None and f.status == "not_evaluated" and "no function check_dependencies" in f.message
+
+
+def test_require_version_semantics() -> None:
+    name, clauses = parse_requirement("Transformers >=4.41.2,<=4.49.0,!=4.46.0,!=4.48.0")  # type: ignore[misc]
+    assert name == "transformers" and clauses == ((">=", "4.41.2"), ("<=", "4.49.0"), ("!=", "4.48.0"))
+    assert satisfied("4.46.0", clauses) and not satisfied("4.48.0", clauses) and not satisfied("4.50.0", clauses)
+    assert parse_requirement("trl") == ("trl", ()) and parse_requirement("trl~=1.0") is None
+
+
+def test_a_bad_startup_row_in_a_snapshot_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "snap.yaml"
+    path.write_text("schema_version: 1\npackages: {llamafactory: 0.9.2}\ncontracts:\n  startup:\n"
+                    "    - {check: llamafactory-dependencies, site: 'a.py:1'}\n")
+    with pytest.raises(InputError) as e:
+        load_snapshot(path)
+    assert "start-up requirement needs 'requirement'" in str(e.value) and e.value.line == 5
+
+
+def test_a_bad_check_spec_names_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "x.yaml").write_text("checks:\n  - id: a-check\n    title: t\n    dist: d\n    module: m\n    file: f.py\n"
+                                     "    function: f\n    calls: [g]\n    runs: r\n    sources: [https://github.com/o/r/blob/main/f.py]\n")
+    with pytest.raises(RuleError) as e:
+        load_checks(tmp_path)
+    assert "not a file at a release tag" in str(e.value) and e.value.line == 10
+    assert [c.id for c in load_checks()] == ["llamafactory-dependencies"]

@@ -1,0 +1,55 @@
+"""Call-path decisions checked against released transformers/accelerate code (catalogue5 part H)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import pytest
+
+from doctor.rules.callpath import infer
+from doctor.rules.cases import case_inputs
+
+
+def _path(packages: Dict[str, str], workload: Dict[str, Any], env: Optional[Dict[str, str]] = None):
+    facts, wl = case_inputs({"packages": packages, "env": env or {}, "workload": workload})
+    return infer(facts, wl)
+
+
+HF = {"torch": "2.11.0", "transformers": "4.57.1"}
+GQA = {"num_heads": 32, "num_kv_heads": 8, "attn_implementation": "sdpa", "mask": "causal", "seq_len_q": 4096, "seq_len_kv": 4096}
+
+
+@pytest.mark.parametrize(
+    "tf,workload,env,want",
+    [
+        ("4.53.3", {}, None, "repeat_kv"),  # no use_gqa_in_sdpa before 4.54
+        ("4.54.0", {}, None, "enable_gqa"),
+        ("4.57.1", {"mask": "padding_causal"}, None, "repeat_kv"),
+        # a sliding window the keys reach: masking_utils builds a mask tensor (kv_length >= window)
+        ("4.57.1", {"window_size": [1024, 0]}, None, "repeat_kv"),
+        ("4.57.1", {"window_size": [8192, 0]}, None, "enable_gqa"),
+        # several query rows against another number of keys: a mask tensor
+        ("4.57.1", {"seq_len_q": 1024, "seq_len_kv": 4096}, None, "repeat_kv"),
+        ("4.57.1", {"seq_len_q": 1, "seq_len_kv": 4096}, None, "enable_gqa"),
+        # 5.13 adds the head-dim test (k and v equal, at most 256)
+        ("5.12.1", {"head_dim": 512}, None, "enable_gqa"),
+        ("5.13.0", {"head_dim": 512}, None, "repeat_kv"),
+        ("5.13.0", {"head_dim_qk": 192, "head_dim_v": 128}, None, "repeat_kv"),
+        ("5.13.0", {"head_dim": 256}, None, "enable_gqa"),
+        # 5.23's TRANSFORMERS_SDPA_FORCE_GQA=1 passes enable_gqa whatever the mask
+        ("5.22.2", {"mask": "padding_causal"}, {"TRANSFORMERS_SDPA_FORCE_GQA": "1"}, "repeat_kv"),
+        ("5.23.0", {"mask": "padding_causal"}, {"TRANSFORMERS_SDPA_FORCE_GQA": "1"}, "enable_gqa"),
+    ],
+)
+def test_transformers_sdpa_gqa_form(tf: str, workload: Dict[str, Any], env: Optional[Dict[str, str]], want: str) -> None:
+    path = _path({**HF, "transformers": tf}, {**GQA, **workload}, env)
+    assert path.gqa_form == want
+
+
+def test_transformers_cp_is_never_te_even_with_te_installed() -> None:
+    packages = {**HF, "transformer-engine": "2.8.0", "transformer-engine-torch": "2.8.0"}
+    path = _path(packages, {"context_parallel": {"size": 2}})
+    assert path.framework == "transformers" and path.cp_impl == "torch_ring"
+    # with no framework that dispatches attention, an installed TE still is the guess
+    bare = _path({"torch": "2.11.0", "transformer-engine": "2.8.0", "transformer-engine-torch": "2.8.0"}, {"context_parallel": {"size": 2}})
+    assert bare.cp_impl == "te"
