@@ -215,7 +215,7 @@ FRAMEWORKS = (
     "custom",
 )
 PACKINGS = ("padded", "varlen", "padding_free")
-DISTRIBUTED = ("ddp", "fsdp", "deepspeed")  # how the training loop shards the model (not who runs attention)
+DISTRIBUTED = ("ddp", "fsdp", "deepspeed", "megatron")  # how the training loop shards the model (not who runs attention); megatron: Megatron-Core parallelism (e.g. verl's Megatron workers)
 CP_IMPLS = ("te", "torch_ring", "ulysses", "ring_flash_attn")
 ATTN_IMPLEMENTATIONS = (
     "eager",

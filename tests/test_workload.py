@@ -193,3 +193,11 @@ def test_vision_tower_from_model_config(tmp_path: Path, extra: dict, tower: bool
     assert workload_from_model(tmp_path)["vision_tower"] is tower
     assert resolve_workload(model=tmp_path).vision_tower is tower
     assert resolve_workload().vision_tower is None  # not read, not stated: unknown
+
+
+def test_distributed_megatron_is_a_workload_value(tmp_path: Path) -> None:
+    # verl's Megatron workers do not load verl's Qwen-VL patch modules (VERL-QWEN-VL-GLM4V-TRANSFORMERS-5-4)
+    path = tmp_path / "w.yaml"
+    path.write_text("framework: verl\ndistributed: megatron\n")
+    wl = resolve_workload(workload_file=path, flags=parse_workload_flags([]))
+    assert wl.distributed == "megatron"

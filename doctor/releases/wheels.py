@@ -122,6 +122,12 @@ def wheel_target(facts: Facts, torch_version: Optional[str] = None) -> Optional[
         if cuda:
             assumed.append(f"CUDA {cuda} (the default PyPI build of torch {version})")
     abi = None if moved else facts.torch.cxx11_abi
+    if abi is None and cuda is not None and _mm(version) == "2.6" and _mm(cuda) == "12.6":
+        # torch 2.6's CUDA 12.6 builds (download.pytorch.org) are the one 2.6 variant built
+        # with the new C++ ABI (pytorch#142064: manylinux 2.28 / cxx11-abi for 12.6 only);
+        # PyPI's 2.6 wheels (CUDA 12.4) keep the old one
+        abi = True
+        assumed.append("C++ ABI TRUE (torch 2.6's CUDA 12.6 builds)")
     if abi is None and bundle is not None and bundle.cxx11_abi is not None:
         abi = bundle.cxx11_abi
         assumed.append(f"C++ ABI {'TRUE' if abi else 'FALSE'} (PyPI's torch {_mm(version)} wheels)")

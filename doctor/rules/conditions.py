@@ -210,6 +210,11 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
         return Value(True, recipe) if recipe is not None else _unknown("gpu.sm", facts, "no GPU found: TE's default FP8 recipe depends on it")
     if path == "cuda.driver_behind":
         behind = driver_behind(facts.torch.cuda, facts.cuda.driver_cuda)
+        if behind == "major" and facts.torch.cuda_available is True:
+            # the CUDA runtime started although the kernel driver reports an older major: NVIDIA's
+            # forward-compatibility package (cuda-compat, as NGC containers load it on data-center
+            # GPUs) supplies a newer libcuda
+            return Value(True, "forward_compat")
         if behind is not None:
             return Value(True, behind)
         return _unknown("cuda.driver_cuda" if facts.torch.cuda else "torch.cuda", facts, "not probed")

@@ -98,6 +98,7 @@ TEST_CASE: Dict[str, Any] = {
         "cudnn": {"type": "object"},
         "gpus": {"type": "array"},
         "imports": {"type": "object"},
+        "contracts": {"type": "object"},
         "python": {"type": "object"},
         "workload": {"type": "object"},
     },

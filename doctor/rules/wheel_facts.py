@@ -16,8 +16,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from packaging.version import Version
+
 from doctor.model import Facts
 
+# the first flash-attn release whose setup.py fetches a prebuilt wheel from GitHub Releases
+NO_WHEEL_DOWNLOAD_BEFORE = Version("2.0.6")
 NAMES = ("wheel", "needs_build", "broken_wheel", "why", "build")
 PATHS = tuple(f"wheels.flash-attn.{n}" for n in NAMES)
 
@@ -52,10 +56,19 @@ def resolve_wheel_fact(name: str, facts: Facts) -> "tuple[bool, Any, str]":
     target = wheel_target(facts)
     if target is None:
         return False, None, "torch version unknown"
-    rel = load_release_catalogue()
-    choice = choose_wheel(rel, version, target)
     if name == "build":
         return True, build_command(version), ""
+    if pv is not None and pv < NO_WHEEL_DOWNLOAD_BEFORE:
+        # setup.py of these releases has no wheel download (sdists 0.2.0-2.0.5; 2.0.6 adds
+        # BASE_WHEEL_URL and CachedWheelsCommand): pip install always compiles
+        if name == "why":
+            return True, f"flash-attn {version}'s setup.py downloads no prebuilt wheel (that came with 2.0.6)", ""
+        if name == "wheel":
+            return True, False, ""
+        if name == "needs_build":
+            return True, not _import_known_ok(facts), ""
+    rel = load_release_catalogue()
+    choice = choose_wheel(rel, version, target)
     if name == "why":
         # the notes end with how to build; rules say that themselves with wheels.flash-attn.build
         notes = [n.split("; no prebuilt wheel:")[0] for n in choice.notes if not n.startswith("install with --no-deps")]
