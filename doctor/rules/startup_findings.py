@@ -170,23 +170,28 @@ def _fixes(check: Any, name: str, version: str, unmet: Sequence[Unmet], skippabl
 
 def _recheck(fixes: Sequence[Fix], facts: Facts, check: Any, rows: Sequence[Mapping[str, Any]], cat: Any,
              workload: Optional[Workload], diagnosis: Any) -> Tuple[Fix, ...]:
-    from doctor.fix.recheck import apply_fix, compare
+    """Each fix applied to the facts: verified when the requirements then hold; with the catalogue
+    given, dropped when the catalogue run again fires a new error, and new warnings named."""
+    from doctor.assume import apply_env, apply_pins
 
     out = []
     for fix in fixes:
         if fix.config and not fix.pins:
             out.append(fix)  # advice only: nothing to apply
             continue
-        after = apply_fix(facts, workload, fix)[0] if workload is not None else facts
+        after = apply_pins(facts, sorted(fix.pins, key=lambda p: (p.name != "torch", p.name))) if fix.pins else facts
+        after = apply_env(after, dict(fix.env)) if fix.env else after
         clears = not _unmet(rows, after.packages or {}, after.env or {}, check) and not fix.config
         brings: Tuple[str, ...] = ()
         if cat is not None and workload is not None and diagnosis is not None:
             from doctor.rules.evaluate import diagnose
 
-            f2, w2 = apply_fix(facts, workload, fix)
-            result = compare(diagnosis, diagnose(cat, f2, w2), ())
-            if result.new_errors:
+            def fired(d: Any, sev: Severity) -> set:
+                return {f.rule_id for f in d.findings if f.status == "fired" and f.severity == sev}
+
+            again = diagnose(cat, after, workload)
+            if fired(again, Severity.ERROR) - fired(diagnosis, Severity.ERROR):
                 continue  # trades this error for another
-            brings = result.new_warnings
+            brings = tuple(sorted(fired(again, Severity.WARNING) - fired(diagnosis, Severity.WARNING)))
         out.append(replace(fix, verified=True if clears else None, brings_up=brings))
     return tuple(out)
