@@ -542,7 +542,7 @@ class BackendStatus:
     not_covered: Optional[str] = None
 
 
-CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "needs_mask", "gqa_form")
+CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "needs_mask", "gqa_form")
 
 
 @dataclass(frozen=True)
@@ -558,6 +558,9 @@ class CallPath:
     inferred: Tuple[str, ...] = ()
     # does transformers (this release) let model_type load with this attention? None: not known
     model_supports: Optional[bool] = None
+    # does model_type declare flash_attention_2 in this transformers release (whatever attention
+    # was asked for)? Before 4.48 only such model modules import flash_attn at import time
+    model_has_fa2: Optional[bool] = None
     needs_mask: bool = False  # the call passes an attention-mask tensor (padded batches)
     # how grouped-query attention reaches the kernel: none | native (the kernel takes fewer kv
     # heads) | enable_gqa (torch SDPA's flag) | repeat_kv (kv heads copied up first); None: unknown

@@ -116,6 +116,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         needs_mask=needs_mask,
         gqa_form=_gqa_form(workload, framework, library, needs_mask, packages, facts.env),
         model_supports=model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None,
+        model_has_fa2=model_supports(packages.get("transformers"), workload.model_type, "flash_attention_2"),
         framework=framework,
         attention=attention,
         library=library,

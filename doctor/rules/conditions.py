@@ -330,8 +330,8 @@ class Context:
 
                     self.path = infer(self.facts, self.workload)
                 got = getattr(self.path, path[5:])
-                if got is None and path == "path.model_supports":
-                    v = Value(False, reason="path.model_supports: this model family or transformers release is not in the support table")
+                if got is None and path in ("path.model_supports", "path.model_has_fa2"):
+                    v = Value(False, reason=f"{path}: this model family or transformers release is not in the support table")
                 else:
                     v = Value(True, got)
             else:
