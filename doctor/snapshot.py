@@ -312,7 +312,8 @@ def _check_contracts(ck: _Checker, value: Any) -> Optional[Dict[str, Any]]:
             if key == "startup" and not isinstance(m.get("mandatory", False), bool):
                 raise ck.fail([*where, "mandatory"], "mandatory must be true or false")
             rows[i] = m
-        section[key] = rows
+        if key in ("pairs", "sites") or key in section:  # the start-up keys only where the probe wrote them
+            section[key] = rows
     return section
 
 

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent / "doctor"
 
 # Lower layers first; a module may import its own layer and the ones before it.
 LAYERS = [
-    {"doctor.errors", "doctor.model", "doctor.resources", "doctor.cachedir", "doctor"},
+    {"doctor.errors", "doctor.model", "doctor.resources", "doctor.cachedir", "doctor.memo", "doctor"},
     {"doctor.versions", "doctor.yamlio", "doctor.bounded"},
     {"doctor.probe", "doctor.snapshot"},
     {"doctor.workload", "doctor.configs", "doctor.releases"},

@@ -812,6 +812,16 @@ def _alt_cost(planner: _Planner, pins: Sequence[Pin]) -> str:
     return "; ".join(f"{c.package}: {c.brief}" for c in cmds)
 
 
+def _with_companions(fix: Fix, ev: _Eval) -> Fix:
+    """The fix as it was evaluated: a torch move carries the flash-attn reinstall it needs
+    (_torch_companions), so the alternative shows, and `check` re-checks, the same change."""
+    extra = tuple(p for c in ev.merged.companions for p in c.fix.pins if p not in fix.pins)
+    if not extra:
+        return fix
+    words = "; ".join(c.fix.description for c in ev.merged.companions)
+    return replace(fix, pins=fix.pins + extra, description=f"{fix.description}; {words}")
+
+
 def _alternatives(planner: _Planner, chosen: FrozenSet[int]) -> List[Alternative]:
     out: List[Alternative] = []
     chosen_keys = {planner.pool[i].key for i in chosen}
@@ -824,8 +834,8 @@ def _alternatives(planner: _Planner, chosen: FrozenSet[int]) -> List[Alternative
                 continue
             # the same words `check` uses for the same fix (doctor.fix.recheck)
             effects = compare(planner.before, ev.diagnosis, tuple(planner.targets)).side_effects
-            ranked.append((ev.cost, i, effects))
-        for cost, i, effects in sorted(ranked)[:3]:
+            ranked.append((ev.cost, i, effects, _with_companions(planner.pool[i].fix, ev)))
+        for cost, i, effects, fix in sorted(ranked, key=lambda r: (r[0], r[1]))[:3]:
             ch = planner.pool[i]
             whys = [effects] if effects else []
             if cost[3]:
@@ -835,7 +845,7 @@ def _alternatives(planner: _Planner, chosen: FrozenSet[int]) -> List[Alternative
             install = _alt_cost(planner, ch.pins)
             if install:
                 whys.append("install: " + install)
-            out.append(Alternative((rule_id,), ch.fix, "; ".join(whys)))
+            out.append(Alternative((rule_id,), fix, "; ".join(whys)))
         # fixes a warning may not use in the main plan (they move a package or conflict)
         for ch in planner.warning_only.get(rule_id, [])[:3]:
             ev = planner.evaluate_changes([ch])

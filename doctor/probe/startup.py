@@ -36,6 +36,7 @@ class StartupCheck:
     calls: Tuple[str, ...]  # callees whose first argument is a requirement string
     skip_env: Optional[str]  # a variable that skips the non-mandatory checks
     skip_values: Tuple[str, ...]  # its values (compared lower-case) that every release accepts
+    skip_values_from: Tuple[str, ...]  # functions in the file whose `x in [...]` list says which values the install accepts
     runs: str
     sources: Tuple[str, ...]
     path: str
@@ -44,7 +45,7 @@ class StartupCheck:
 
 def _check(r: _Reader, node: _Node) -> StartupCheck:
     m = r.mapping(node, "check", ["id", "title", "dist", "module", "file", "function", "calls", "runs", "sources"],
-                  ["skip_env", "skip_values"])
+                  ["skip_env", "skip_values", "skip_values_from"])
     cid = r.text(m["id"], "id")
     if not _ID.match(cid):
         raise r.fail(m["id"], f"check id {cid!r}: use lower-case letters, digits and dashes")
@@ -57,11 +58,12 @@ def _check(r: _Reader, node: _Node) -> StartupCheck:
     skip_values = tuple(v.lower() for v in r.texts(m["skip_values"], f"{where}.skip_values")) if "skip_values" in m else ()
     if (skip_env is None) != (not skip_values):
         raise r.fail(node, f"{where}: skip_env and skip_values go together")
+    skip_from = r.texts(m["skip_values_from"], f"{where}.skip_values_from") if "skip_values_from" in m else ()
     return StartupCheck(
         id=cid, title=r.text(m["title"], f"{where}.title"), dist=normalize(r.text(m["dist"], f"{where}.dist")),
         module=r.text(m["module"], f"{where}.module"), file=r.text(m["file"], f"{where}.file"),
         function=r.text(m["function"], f"{where}.function"), calls=r.texts(m["calls"], f"{where}.calls"),
-        skip_env=skip_env, skip_values=skip_values, runs=" ".join(r.text(m["runs"], f"{where}.runs").split()),
+        skip_env=skip_env, skip_values=skip_values, skip_values_from=skip_from, runs=" ".join(r.text(m["runs"], f"{where}.runs").split()),
         sources=sources, path=r.path, line=node.line,
     )
 
@@ -114,6 +116,23 @@ def _requirements(tree: ast.Module, check: StartupCheck) -> Optional[List[Tuple[
     return sorted(out)
 
 
+def _skip_values(tree: ast.Module, check: StartupCheck) -> Optional[Tuple[str, ...]]:
+    """The values the installed file compares the skip variable with (`.lower() in ["true", "1"]`),
+    read from the functions `skip_values_from` names; None when none is found."""
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name not in check.skip_values_from:
+            continue
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Compare) and len(sub.ops) == 1 and isinstance(sub.ops[0], ast.In):
+                seq = sub.comparators[0]
+                if isinstance(seq, (ast.List, ast.Tuple, ast.Set)) and seq.elts and all(
+                        isinstance(e, ast.Constant) and isinstance(e.value, str) for e in seq.elts):
+                    values = tuple(sorted(str(e.value).lower() for e in seq.elts))  # type: ignore[attr-defined]
+                    if "1" in values:
+                        return values
+    return None
+
+
 def analyse(scan: PackageScan, checks: Sequence[StartupCheck]) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
     """(checks, requirements) rows for the snapshot's `contracts.startup*` keys; only checks whose
     distribution is installed are read."""
@@ -128,19 +147,25 @@ def analyse(scan: PackageScan, checks: Sequence[StartupCheck]) -> Tuple[List[Dic
         rel = f"{c.module}/{c.file}"
         status = "read"
         found: Optional[List[Tuple[int, str, bool]]] = None
+        skip_values: Optional[Tuple[str, ...]] = None
         try:
             if os.path.getsize(path) > MAX_SOURCE_BYTES:
                 status = "too large to read"
             else:
                 with open(path, "rb") as fh:
-                    found = _requirements(ast.parse(fh.read(), filename=rel), c)
+                    tree = ast.parse(fh.read(), filename=rel)
+                found = _requirements(tree, c)
+                skip_values = _skip_values(tree, c) if c.skip_values_from else None
                 if found is None:
                     status = f"no function {c.function}"
         except FileNotFoundError:
             status = "file not found"
         except (OSError, SyntaxError, ValueError, RecursionError) as exc:
             status = f"unreadable: {type(exc).__name__}"
-        read.append({"check": c.id, "dist": c.dist, "version": dist.version, "file": rel, "status": status})
+        row: Dict[str, Any] = {"check": c.id, "dist": c.dist, "version": dist.version, "file": rel, "status": status}
+        if skip_values is not None:
+            row["skip_values"] = list(skip_values)
+        read.append(row)
         for line, requirement, mandatory in found or ():
             rows.append({"check": c.id, "site": f"{rel}:{line}", "requirement": requirement, "mandatory": mandatory})
     return read, rows
@@ -184,5 +209,8 @@ def satisfied(installed: str, clauses: Sequence[Tuple[str, str]]) -> Optional[bo
     return all(ops[op](want) for op, want in pairs)
 
 
-def skipped(check: StartupCheck, env: Mapping[str, str]) -> bool:
-    return check.skip_env is not None and str(env.get(check.skip_env, "")).strip().lower() in check.skip_values
+def skipped(check: StartupCheck, env: Mapping[str, str], values: Optional[Sequence[str]] = None) -> bool:
+    """Whether the skip variable is set to a value the install accepts (`values`, read from its
+    file; else the ones every release accepts)."""
+    accepted = tuple(values) if values else check.skip_values
+    return check.skip_env is not None and str(env.get(check.skip_env, "")).strip().lower() in accepted

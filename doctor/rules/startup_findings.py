@@ -28,11 +28,12 @@ def rule_id(check_id: str) -> str:
 Unmet = Tuple[Mapping[str, Any], Optional[str], Tuple[Tuple[str, str], ...]]
 
 
-def _unmet(rows: Sequence[Mapping[str, Any]], packages: Mapping[str, str], env: Mapping[str, str], check: Any) -> List[Unmet]:
+def _unmet(rows: Sequence[Mapping[str, Any]], packages: Mapping[str, str], env: Mapping[str, str], check: Any,
+           values: Optional[Sequence[str]] = None) -> List[Unmet]:
     """(row, installed version or None, clauses tested) for each requirement that raises."""
     from doctor.probe.startup import parse_requirement, satisfied, skipped
 
-    skip = skipped(check, env)
+    skip = skipped(check, env, values)
     out: List[Unmet] = []
     for row in rows:
         if skip and not row.get("mandatory"):
@@ -108,7 +109,8 @@ def startup_findings(facts: Facts, checks: Sequence[Any], cat: Any = None, workl
                                     "not_evaluated", (), check.sources, (f"contracts.startup.{check.id}",), check.dist))
             results.append((rid, "not_evaluated"))
             continue
-        unmet = _unmet(mine, packages, env, check)
+        values = read.get("skip_values") if isinstance(read.get("skip_values"), list) else None
+        unmet = _unmet(mine, packages, env, check, values)
         if not unmet:
             results.append((rid, "passed"))
             continue
@@ -135,7 +137,7 @@ def startup_findings(facts: Facts, checks: Sequence[Any], cat: Any = None, workl
                if any("; only " in x for x in lines) else "")
             + (f"\n{check.skip_env}={check.skip_values[-1]} skips these checks." if skippable else "")
         )
-        fixes = _recheck(_fixes(check, name, version, unmet, skippable), facts, check, mine, cat, workload, diagnosis)
+        fixes = _recheck(_fixes(check, name, version, unmet, skippable), facts, check, mine, cat, workload, diagnosis, values)
         findings.append(Finding(rid, Severity.ERROR, title, message, "fired", fixes, check.sources, (), check.dist))
         results.append((rid, "fired"))
     return tuple(findings), tuple(results)
@@ -169,24 +171,29 @@ def _fixes(check: Any, name: str, version: str, unmet: Sequence[Unmet], skippabl
 
 
 def _recheck(fixes: Sequence[Fix], facts: Facts, check: Any, rows: Sequence[Mapping[str, Any]], cat: Any,
-             workload: Optional[Workload], diagnosis: Any) -> Tuple[Fix, ...]:
-    from doctor.fix.recheck import apply_fix, compare
+             workload: Optional[Workload], diagnosis: Any, values: Optional[Sequence[str]] = None) -> Tuple[Fix, ...]:
+    """Each fix applied to the facts: verified when the requirements then hold; with the catalogue
+    given, dropped when the catalogue run again fires a new error, and new warnings named."""
+    from doctor.assume import apply_env, apply_pins
 
     out = []
     for fix in fixes:
         if fix.config and not fix.pins:
             out.append(fix)  # advice only: nothing to apply
             continue
-        after = apply_fix(facts, workload, fix)[0] if workload is not None else facts
-        clears = not _unmet(rows, after.packages or {}, after.env or {}, check) and not fix.config
+        after = apply_pins(facts, sorted(fix.pins, key=lambda p: (p.name != "torch", p.name))) if fix.pins else facts
+        after = apply_env(after, dict(fix.env)) if fix.env else after
+        clears = not _unmet(rows, after.packages or {}, after.env or {}, check, values) and not fix.config
         brings: Tuple[str, ...] = ()
         if cat is not None and workload is not None and diagnosis is not None:
             from doctor.rules.evaluate import diagnose
 
-            f2, w2 = apply_fix(facts, workload, fix)
-            result = compare(diagnosis, diagnose(cat, f2, w2), ())
-            if result.new_errors:
+            def fired(d: Any, sev: Severity) -> set:
+                return {f.rule_id for f in d.findings if f.status == "fired" and f.severity == sev}
+
+            again = diagnose(cat, after, workload)
+            if fired(again, Severity.ERROR) - fired(diagnosis, Severity.ERROR):
                 continue  # trades this error for another
-            brings = result.new_warnings
+            brings = tuple(sorted(fired(again, Severity.WARNING) - fired(diagnosis, Severity.WARNING)))
         out.append(replace(fix, verified=True if clears else None, brings_up=brings))
     return tuple(out)

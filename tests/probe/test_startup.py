@@ -101,7 +101,7 @@ def test_the_skip_variable_passes_it_and_a_missing_dependency_refuses(lf092: Pat
     doc = _probe(lf092)
     doc["env"] = {"DISABLE_VERSION_CHECK": "True"}
     assert _finding(_check(doc, tmp_path)) is None
-    doc["env"] = {"DISABLE_VERSION_CHECK": "yes"}  # not a value every release accepts
+    doc["env"] = {"DISABLE_VERSION_CHECK": "yes"}  # not a value any release accepts
     assert _finding(_check(doc, tmp_path)) is not None
     for f in (lf092 / "trl-0.9.6.dist-info").iterdir():
         f.unlink()
@@ -191,3 +191,14 @@ def test_a_bad_check_spec_names_file_and_line(tmp_path: Path) -> None:
         load_checks(tmp_path)
     assert "not a file at a release tag" in str(e.value) and e.value.line == 10
     assert [c.id for c in load_checks()] == ["llamafactory-dependencies"]
+
+
+def test_the_skip_values_are_read_from_the_installed_file(lf092: Path, tmp_path: Path) -> None:
+    # 0.9.2's is_env_enabled takes "y" too (0.8.x-0.9.1 compare with ["true", "1"] only)
+    _dist(lf092, "transformers", "4.50.0")
+    doc = _probe(lf092)
+    assert doc["contracts"]["startup_checks"][0]["skip_values"] == ["1", "true", "y"]
+    doc["env"] = {"DISABLE_VERSION_CHECK": "Y"}
+    assert _finding(_check(doc, tmp_path)) is None
+    del doc["contracts"]["startup_checks"][0]["skip_values"]  # a snapshot without them: only true/1
+    assert _finding(_check(doc, tmp_path)) is not None
