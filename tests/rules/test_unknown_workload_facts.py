@@ -25,7 +25,7 @@ def cat():  # type: ignore[no-untyped-def]
 
 
 def _result(cat: Any, workload: Dict[str, Any]) -> Any:
-    facts, wl = case_inputs({"packages": {"flash-attn": "2.5.8", "torch": "2.1.2"}, "gpu": "7.5", "workload": workload})
+    facts, wl = case_inputs({"packages": {"flash-attn": "2.5.8", "torch": "2.1.2"}, "torch": {"version": "2.1.2", "cuda": "12.1"}, "gpu": "7.5", "workload": workload})
     return diagnose(cat, facts, wl).result(RULE)
 
 
