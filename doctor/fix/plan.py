@@ -833,9 +833,10 @@ def _alternatives(planner: _Planner, chosen: FrozenSet[int]) -> List[Alternative
             if ev is None or rule_id in ev.bad:
                 continue
             # the same words `check` uses for the same fix (doctor.fix.recheck)
-            effects = compare(planner.before, ev.diagnosis, tuple(planner.targets)).side_effects
-            ranked.append((ev.cost, i, effects, _with_companions(planner.pool[i].fix, ev)))
-        for cost, i, effects, fix in sorted(ranked, key=lambda r: (r[0], r[1]))[:3]:
+            result = compare(planner.before, ev.diagnosis, tuple(planner.targets))
+            # one that trades the finding for a new error is listed only after those that do not
+            ranked.append((bool(result.new_errors), ev.cost, i, result.side_effects, _with_companions(planner.pool[i].fix, ev)))
+        for _, cost, i, effects, fix in sorted(ranked, key=lambda r: (r[0], r[1], r[2]))[:3]:
             ch = planner.pool[i]
             whys = [effects] if effects else []
             if cost[3]:
