@@ -18,7 +18,7 @@ IMPORTS: Tuple[str, ...] = (
 # the version an install reports does not (XTuner 1.x installed from its tags reports 0.2.0, the
 # version in its xtuner/version.py, and is the only one with the xtuner.v1 package). Their import
 # status is "present" or "missing".
-PRESENCE_ONLY: Tuple[str, ...] = ("xtuner.v1",)
+PRESENCE_ONLY: Tuple[str, ...] = ("xtuner.v1", "flash_attn_3")
 
 # module -> distributions whose presence means the import is worth trying (and whose version
 # the decoder quotes in a fix)

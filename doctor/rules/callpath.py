@@ -27,6 +27,7 @@ from doctor.releases.model_support import model_supports
 # LLaMA-Factory is installed, its trainer (on top of transformers) is what runs.
 FRAMEWORK_DISTS: Tuple[Tuple[str, str], ...] = (
     ("llamafactory", "llamafactory"),
+    ("llmtuner", "llamafactory"),  # LLaMA-Factory's PyPI name up to 0.7.1
     ("axolotl", "axolotl"),
     ("xtuner", "xtuner"),
     ("verl", "verl"),
