@@ -229,7 +229,8 @@ def _pair(r: _Reader, node: _Node) -> Pair:
     )
 
 
-def load_file(path: Path) -> List[Pair]:
+def read_list(path: Path, key: str, what: str) -> Tuple["_Reader", List["_Node"]]:
+    """The reader for `path` and the items of its one top-level list `key` (a `what` file)."""
     name = str(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -238,11 +239,16 @@ def load_file(path: Path) -> List[Pair]:
     root = _compose(text, name)
     r = _Reader(name)
     if root is None:
-        raise RuleError("empty contract file", path=name, hint="a contract file holds `pairs:`")
-    top = r.mapping(root, "top level", ["pairs"], [])
-    if not isinstance(top["pairs"].value, list):
-        raise r.fail(top["pairs"], "pairs: expected a list")
-    return [_pair(r, n) for n in top["pairs"].value]
+        raise RuleError(f"empty {what} file", path=name, hint=f"a {what} file holds `{key}:`")
+    top = r.mapping(root, "top level", [key], [])
+    if not isinstance(top[key].value, list):
+        raise r.fail(top[key], f"{key}: expected a list")
+    return r, list(top[key].value)
+
+
+def load_file(path: Path) -> List[Pair]:
+    r, nodes = read_list(path, "pairs", "contract")
+    return [_pair(r, n) for n in nodes]
 
 
 def contracts_dir() -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from doctor.errors import RuleError
-from doctor.probe.contract_specs import _TAG_URL, _ID, _compose, _Node, _Reader
+from doctor.probe.contract_specs import _ID, _TAG_URL, _Node, _Reader, read_list
 from doctor.probe.packages import PackageScan, normalize
 
 MAX_SOURCE_BYTES = 2 * 1024 * 1024  # a start-up module is a few KB; larger is not what we look for
@@ -76,22 +76,11 @@ def load_checks(directory: Optional[Path] = None) -> Tuple[StartupCheck, ...]:
     out: List[StartupCheck] = []
     seen: Dict[str, StartupCheck] = {}
     for f in sorted(folder.glob("*.yaml")) if folder.is_dir() else ():
-        name = str(f)
-        try:
-            text = f.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise RuleError(f"cannot read ({exc.strerror or exc})", path=name) from None
-        root = _compose(text, name)
-        r = _Reader(name)
-        if root is None:
-            raise RuleError("empty start-up check file", path=name, hint="a start-up check file holds `checks:`")
-        top = r.mapping(root, "top level", ["checks"], [])
-        if not isinstance(top["checks"].value, list):
-            raise r.fail(top["checks"], "checks: expected a list")
-        for n in top["checks"].value:
+        r, nodes = read_list(f, "checks", "start-up check")
+        for n in nodes:
             c = _check(r, n)
             if c.id in seen:
-                raise RuleError(f"check {c.id}: duplicate id (also at {seen[c.id].path}:{seen[c.id].line})", path=name, line=c.line)
+                raise RuleError(f"check {c.id}: duplicate id (also at {seen[c.id].path}:{seen[c.id].line})", path=str(f), line=c.line)
             seen[c.id] = c
             out.append(c)
     return tuple(out)
