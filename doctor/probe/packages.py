@@ -154,18 +154,20 @@ def _editable_mapping(path: str) -> Dict[str, str]:
     read with ast; {} when it is not of that shape."""
     import ast
 
+    from doctor.probe.pysource import PARSE_ERRORS
+
     try:
         if os.path.getsize(path) > 1024 * 1024:
             return {}
         with open(path, "rb") as fh:
             tree = ast.parse(fh.read())
-    except (OSError, SyntaxError, ValueError):
+    except (OSError, *PARSE_ERRORS):
         return {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "MAPPING" for t in node.targets):
             try:
                 value = ast.literal_eval(node.value)
-            except (ValueError, SyntaxError):
+            except PARSE_ERRORS:
                 return {}
             if isinstance(value, dict):
                 return {str(k): str(v) for k, v in value.items() if str(k).isidentifier() and isinstance(v, str)}

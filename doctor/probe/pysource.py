@@ -17,6 +17,11 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+# What ast.parse raises on a file that is not Python it can read: a syntax error, NUL bytes
+# (ValueError), nesting deeper than the C parser's stack (MemoryError, "s_push: parser stack
+# overflow"; 400,000 unary minuses) or than AST construction allows (RecursionError).
+PARSE_ERRORS = (SyntaxError, ValueError, RecursionError, MemoryError)
+
 FORMAT = 5
 Guard = Dict[str, Any]  # {"src": "a >= b", "neg": bool}
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "PackageNotFoundError", "DistributionNotFound",
@@ -466,7 +471,7 @@ class SummaryCache:
         if result is None:
             try:
                 result = summarize(raw, module, is_pkg)
-            except (SyntaxError, ValueError, RecursionError):
+            except PARSE_ERRORS:
                 result = None
             else:
                 self.parsed += 1

@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from doctor.errors import RuleError
 from doctor.probe.contract_specs import _ID, _TAG_URL, _Node, _Reader, read_list
 from doctor.probe.packages import PackageScan, normalize
+from doctor.probe.pysource import PARSE_ERRORS
 
 MAX_SOURCE_BYTES = 2 * 1024 * 1024  # a start-up module is a few KB; larger is not what we look for
 
@@ -58,10 +59,13 @@ def _check(r: _Reader, node: _Node) -> StartupCheck:
     skip_values = tuple(v.lower() for v in r.texts(m["skip_values"], f"{where}.skip_values")) if "skip_values" in m else ()
     if (skip_env is None) != (not skip_values):
         raise r.fail(node, f"{where}: skip_env and skip_values go together")
+    rel = r.text(m["file"], f"{where}.file")
+    if rel.startswith("/") or "\\" in rel or ".." in rel.split("/"):
+        raise r.fail(m["file"], f"{where}: file {rel!r} must be a path inside the module, with '/' and no '..'")
     skip_from = r.texts(m["skip_values_from"], f"{where}.skip_values_from") if "skip_values_from" in m else ()
     return StartupCheck(
         id=cid, title=r.text(m["title"], f"{where}.title"), dist=normalize(r.text(m["dist"], f"{where}.dist")),
-        module=r.text(m["module"], f"{where}.module"), file=r.text(m["file"], f"{where}.file"),
+        module=r.text(m["module"], f"{where}.module"), file=rel,
         function=r.text(m["function"], f"{where}.function"), calls=r.texts(m["calls"], f"{where}.calls"),
         skip_env=skip_env, skip_values=skip_values, skip_values_from=skip_from, runs=" ".join(r.text(m["runs"], f"{where}.runs").split()),
         sources=sources, path=r.path, line=node.line,
@@ -149,7 +153,7 @@ def analyse(scan: PackageScan, checks: Sequence[StartupCheck]) -> Tuple[List[Dic
                     status = f"no function {c.function}"
         except FileNotFoundError:
             status = "file not found"
-        except (OSError, SyntaxError, ValueError, RecursionError) as exc:
+        except (OSError, *PARSE_ERRORS) as exc:
             status = f"unreadable: {type(exc).__name__}"
         row: Dict[str, Any] = {"check": c.id, "dist": c.dist, "version": dist.version, "file": rel, "status": status}
         if skip_values is not None:

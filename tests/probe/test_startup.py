@@ -202,3 +202,37 @@ def test_the_skip_values_are_read_from_the_installed_file(lf092: Path, tmp_path:
     assert _finding(_check(doc, tmp_path)) is None
     del doc["contracts"]["startup_checks"][0]["skip_values"]  # a snapshot without them: only true/1
     assert _finding(_check(doc, tmp_path)) is not None
+
+
+# 400,000 unary minuses overflow the C parser's stack (MemoryError); a long `+` chain passes the
+# parser and overflows AST construction (RecursionError). Neither may end the probe.
+DEEP = {"stack": b"x = " + b"-" * 400_000 + b"1\n", "ast": b"x = " + b"1+" * 300_000 + b"1\n"}
+
+
+@pytest.mark.parametrize("kind", sorted(DEEP))
+def test_a_pathologically_nested_file_is_said_unreadable_not_a_crash(kind: str, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / "llamafactory" / "extras").mkdir(parents=True)
+    (repo / "llamafactory" / "__init__.py").write_text("")
+    (repo / "llamafactory" / "extras" / "misc.py").write_bytes(b"def check_dependencies():\n    " + DEEP[kind])
+    site = tmp_path / "site"
+    site.mkdir()
+    meta = site / "llamafactory-0.9.5.dev0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: llamafactory\nVersion: 0.9.5.dev0\n")
+    # the same nesting in an editable finder: no mapping read from it, the probe goes on
+    (site / "__editable___other_finder.py").write_bytes(b"MAPPING = {}\n" + DEEP[kind])
+    (site / "__editable___llamafactory_finder.py").write_text(f"MAPPING = {{'llamafactory': {str(repo / 'llamafactory')!r}}}\n")
+    doc = _probe(site)
+    read = doc["contracts"]["startup_checks"][0]
+    assert read["status"].startswith("unreadable: ")
+    f = _finding(_check(doc, tmp_path))
+    assert f is not None and f.status == "not_evaluated" and "unreadable" in f.message
+
+
+def test_a_check_file_outside_its_module_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "x.yaml").write_text("checks:\n  - id: a-check\n    title: t\n    dist: d\n    module: m\n    file: ../../etc/passwd\n"
+                                     "    function: f\n    calls: [g]\n    runs: r\n    sources: [https://github.com/o/r/blob/v1/f.py]\n")
+    with pytest.raises(RuleError) as e:
+        load_checks(tmp_path)
+    assert "must be a path inside the module" in str(e.value) and e.value.line == 6
