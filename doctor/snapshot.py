@@ -311,6 +311,12 @@ def _check_contracts(ck: _Checker, value: Any) -> Optional[Dict[str, Any]]:
                 raise ck.fail([*where, "verdict"], f"verdict must be one of {', '.join(CONTRACT_VERDICTS)}, got {m.get('verdict')!r}")
             if key == "startup" and not isinstance(m.get("mandatory", False), bool):
                 raise ck.fail([*where, "mandatory"], "mandatory must be true or false")
+            if key == "startup_checks" and "skip_values" in m:
+                # the values the install accepts for its skip variable: an empty one would read an unset variable as set
+                values = ck.seq(m["skip_values"], [*where, "skip_values"]) or []
+                m["skip_values"] = [ck.text(v, [*where, "skip_values", j], optional=False) for j, v in enumerate(values)]
+                if any(not v.strip() for v in m["skip_values"]):
+                    raise ck.fail([*where, "skip_values"], "skip_values must be non-empty strings")
             rows[i] = m
         if key in ("pairs", "sites") or key in section:  # the start-up keys only where the probe wrote them
             section[key] = rows

@@ -236,3 +236,15 @@ def test_a_check_file_outside_its_module_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RuleError) as e:
         load_checks(tmp_path)
     assert "must be a path inside the module" in str(e.value) and e.value.line == 6
+
+
+@pytest.mark.parametrize("values, message", [("'1'", "expected a list"), ("['']", "non-empty strings"), ("[[1]]", "expected a string")])
+def test_bad_skip_values_in_a_snapshot_name_their_line(values: str, message: str, tmp_path: Path) -> None:
+    # [""] would read an unset DISABLE_VERSION_CHECK as set and silence the finding
+    path = tmp_path / "snap.yaml"
+    path.write_text("schema_version: 1\npackages: {llamafactory: 0.9.2}\ncontracts:\n  startup_checks:\n"
+                    "    - {check: llamafactory-dependencies, dist: llamafactory, version: 0.9.2, file: f.py, status: read,\n"
+                    f"       skip_values: {values}}}\n")
+    with pytest.raises(InputError) as e:
+        load_snapshot(path)
+    assert message in str(e.value) and e.value.line in (5, 6)
