@@ -170,7 +170,10 @@ def analyse(scan: PackageScan, checks: Sequence[StartupCheck]) -> Tuple[List[Dic
 # last is tested: in "transformers>=4.41.2,<=4.49.0,!=4.46.0,...,!=4.48.0" only !=4.48.0 excludes
 # (every transformers release 4.34-5.9 does this).
 _REQ = re.compile(r"^([^!=<>\s]+)([\s!=<>]{1,2}.+)$")
-_CLAUSE = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*$")
+_CLAUSE = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*([A-Za-z0-9.+*!_-]+)\s*$")
+# what is shown back (a finding, a `pip install "..."` line) is only a distribution name and
+# version-like clauses: a requirement string from an installed file is not trusted to be shell-safe
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def parse_requirement(text: str) -> Optional[Tuple[str, Tuple[Tuple[str, str], ...]]]:
@@ -179,7 +182,9 @@ def parse_requirement(text: str) -> Optional[Tuple[str, Tuple[Tuple[str, str], .
     text = text.strip()
     m = _REQ.match(text)
     if not m:
-        return (normalize(text), ()) if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", text) else None
+        return (normalize(text), ()) if _NAME.fullmatch(text) else None
+    if not _NAME.fullmatch(m.group(1)):
+        return None
     by_op: Dict[str, str] = {}
     for part in m.group(2).split(","):
         c = _CLAUSE.match(part)

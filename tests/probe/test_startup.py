@@ -248,3 +248,19 @@ def test_bad_skip_values_in_a_snapshot_name_their_line(values: str, message: str
     with pytest.raises(InputError) as e:
         load_snapshot(path)
     assert message in str(e.value) and e.value.line in (5, 6)
+
+
+def test_a_requirement_that_is_not_a_name_and_versions_is_never_shown_as_a_command(tmp_path: Path) -> None:
+    # the advice line is `pip install "<requirement>"`: a quote or `;` from an installed file must not reach it
+    assert parse_requirement('x";touch${IFS}pwned;">=1') is None
+    assert parse_requirement('transformers>=4.41;rm') is None and parse_requirement("transformers>=4.41") is not None
+    path = tmp_path / "snap.yaml"
+    path.write_text("schema_version: 1\npackages: {llamafactory: 0.9.2}\ncontracts:\n  startup_checks:\n"
+                    "    - {check: llamafactory-dependencies, dist: llamafactory, version: 0.9.2, file: f.py, status: read}\n"
+                    "  startup:\n    - {check: llamafactory-dependencies, site: 'f.py:1', requirement: 'x\";touch${IFS}pwned;\">=1'}\n")
+    from doctor.app import Inputs, check
+    from doctor.rules.loader import load_catalogue
+    from doctor.workload import default_workload
+
+    report = check(Inputs(facts=facts_from_snapshot(load_snapshot(path)), workload=default_workload(), catalogue=load_catalogue()))
+    assert _finding(report) is None and (RULE, "passed") in report.rule_results
