@@ -8,6 +8,7 @@ framework leaves. Nothing here evaluates code.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
@@ -75,7 +76,16 @@ def startup_read(facts: Facts, check_id: str) -> bool:
 
 
 def is_known_fact_path(path: str) -> bool:
+    if path.startswith("startup."):  # a check rules/startup/ ships: a misspelt id would never be true
+        return path[len("startup."):] in _startup_ids()
     return path in FACT_PATHS or path in WHEEL_FACT_PATHS or path.startswith(FACT_PREFIXES)
+
+
+@functools.lru_cache(maxsize=1)
+def _startup_ids() -> frozenset:
+    from doctor.probe.startup import load_checks
+
+    return frozenset(c.id for c in load_checks())
 
 
 def te_dpa_f16(te_release: Tuple[int, ...], switch: Optional[str]) -> bool:

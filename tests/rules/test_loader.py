@@ -41,6 +41,9 @@ def test_good_file_loads(tmp_path: Path) -> None:
         (lambda s: s.replace('version: ">=2.0"', 'version: "=>2.0"'), 7, "bad version specifier"),
         (lambda s: s.replace('"torch==2.6.0"', '"torch latest"'), 8, "is not NAME==VERSION"),
         (lambda s: s.replace("{package: torch, version", "{fact: gpu.smm, lt: 1, version"), 7, "unknown fact 'gpu.smm'"),
+        # a start-up check id rules/startup/ does not ship (misspelt: the fact would never be true)
+        (lambda s: s.replace("{package: torch, version", "{fact: startup.llamafactory-dependency, eq: true, version"), 7,
+         "unknown fact 'startup.llamafactory-dependency'"),
         (lambda s: s.replace("    sources: [https://github.com/pytorch/pytorch/issues/1]\n", ""), 3, "'sources' is required"),
         (lambda s: s.replace("when: {package", "when: {bogus: 1, package"), 7, ""),
         # a test case's version with a stray quote (`torch: 2.6.0"`) is a typo, not a version
