@@ -104,7 +104,10 @@ def _requirements(tree: ast.Module, check: StartupCheck) -> Optional[List[Tuple[
         first = node.args[0]
         if name not in check.calls or not isinstance(first, ast.Constant) or not isinstance(first.value, str):
             continue
-        mandatory = any(k.arg == "mandatory" and isinstance(k.value, ast.Constant) and k.value.value is True for k in node.keywords)
+        # check_version(requirement, mandatory=False): by keyword or second positional (require_version's is a hint string)
+        second = [node.args[1]] if len(node.args) > 1 else []
+        mandatory = any(isinstance(v, ast.Constant) and v.value is True
+                        for v in second + [k.value for k in node.keywords if k.arg == "mandatory"])
         out.append((node.lineno, first.value, mandatory))
     return sorted(out)
 

@@ -126,6 +126,7 @@ def check_dependencies() -> None:
     check_version("transformers>=4.55.0,<=5.6.0")
     check_version("peft>=0.18.0,<=0.20.0")
     check_version("torch>=2.4.0", mandatory=True)
+    check_version("accelerate>=1.0", True)
 '''
 
 
@@ -146,7 +147,9 @@ def test_a_development_snapshot_is_judged_by_the_window_in_its_own_file(tmp_path
     _dist(site, "transformers", "5.7.0")
     _dist(site, "peft", "0.19.0")
     _dist(site, "torch", "2.3.1")
+    _dist(site, "accelerate", "1.2.0")
     doc = _probe(site)
+    assert [r["mandatory"] for r in doc["contracts"]["startup"]] == [False, False, True, True]  # keyword or positional
     assert doc["contracts"]["startup_checks"][0]["version"] == "0.9.5.dev0"
     f = _finding(_check(doc, tmp_path))
     assert f is not None and "rejects transformers 5.7.0, torch 2.3.1" in f.title
