@@ -187,9 +187,14 @@ def test_a_bad_startup_row_in_a_snapshot_names_its_line(tmp_path: Path) -> None:
     assert "start-up requirement needs 'requirement'" in str(e.value) and e.value.line == 5
 
 
+def _spec(folder: Path, file: str, source: str) -> None:
+    """A one-check spec file in `folder` (file on line 6, sources on line 10)."""
+    (folder / "x.yaml").write_text(f"checks:\n  - id: a-check\n    title: t\n    dist: d\n    module: m\n    file: {file}\n"
+                                   f"    function: f\n    calls: [g]\n    runs: r\n    sources: [{source}]\n")
+
+
 def test_a_bad_check_spec_names_file_and_line(tmp_path: Path) -> None:
-    (tmp_path / "x.yaml").write_text("checks:\n  - id: a-check\n    title: t\n    dist: d\n    module: m\n    file: f.py\n"
-                                     "    function: f\n    calls: [g]\n    runs: r\n    sources: [https://github.com/o/r/blob/main/f.py]\n")
+    _spec(tmp_path, "f.py", "https://github.com/o/r/blob/main/f.py")
     with pytest.raises(RuleError) as e:
         load_checks(tmp_path)
     assert "not a file at a release tag" in str(e.value) and e.value.line == 10
@@ -234,8 +239,7 @@ def test_a_pathologically_nested_file_is_said_unreadable_not_a_crash(kind: str, 
 
 
 def test_a_check_file_outside_its_module_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "x.yaml").write_text("checks:\n  - id: a-check\n    title: t\n    dist: d\n    module: m\n    file: ../../etc/passwd\n"
-                                     "    function: f\n    calls: [g]\n    runs: r\n    sources: [https://github.com/o/r/blob/v1/f.py]\n")
+    _spec(tmp_path, "../../etc/passwd", "https://github.com/o/r/blob/v1/f.py")
     with pytest.raises(RuleError) as e:
         load_checks(tmp_path)
     assert "must be a path inside the module" in str(e.value) and e.value.line == 6
