@@ -114,7 +114,8 @@ def test_requirements_of_a_release_come_with_it(cat, rel) -> None:  # type: igno
     # Qwen2-MoE keeps its FlashAttention2 class until transformers 5.0, so no newer transformers
     # clears XTuner 0.1.x's patch: a downgrade or XTuner 0.2.0 (which pins transformers 4.48.0).
     facts, workload = case_inputs(
-        {"packages": {"xtuner": "0.1.23", "transformers": "4.48.3", "flash-attn": "2.6.3"}, "python": {"version": "3.10.14"}, "workload": {"varlen": False, "model_type": "qwen2_moe"}}
+        {"packages": {"xtuner": "0.1.23", "transformers": "4.48.3", "flash-attn": "2.6.3"}, "imports": {"flash_attn": {"status": "ok"}},
+         "python": {"version": "3.10.14"}, "workload": {"varlen": False, "model_type": "qwen2_moe"}}
     )
     plan = plan_fixes(rel, cat, facts, workload)
     assert pins(plan) == ("transformers==4.42.4",)
