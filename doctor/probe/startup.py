@@ -29,6 +29,7 @@ MAX_SOURCE_BYTES = 2 * 1024 * 1024  # a start-up module is a few KB; larger is n
 @dataclass(frozen=True)
 class StartupCheck:
     id: str
+    name: str  # the framework as users know it ("LLaMA-Factory"), for messages
     title: str
     dist: str
     module: str  # top-level package whose folder holds `file` (an editable install included)
@@ -45,7 +46,7 @@ class StartupCheck:
 
 
 def _check(r: _Reader, node: _Node) -> StartupCheck:
-    m = r.mapping(node, "check", ["id", "title", "dist", "module", "file", "function", "calls", "runs", "sources"],
+    m = r.mapping(node, "check", ["id", "name", "title", "dist", "module", "file", "function", "calls", "runs", "sources"],
                   ["skip_env", "skip_values", "skip_values_from"])
     cid = r.text(m["id"], "id")
     if not _ID.match(cid):
@@ -64,7 +65,7 @@ def _check(r: _Reader, node: _Node) -> StartupCheck:
         raise r.fail(m["file"], f"{where}: file {rel!r} must be a path inside the module, with '/' and no '..'")
     skip_from = r.texts(m["skip_values_from"], f"{where}.skip_values_from") if "skip_values_from" in m else ()
     return StartupCheck(
-        id=cid, title=r.text(m["title"], f"{where}.title"), dist=normalize(r.text(m["dist"], f"{where}.dist")),
+        id=cid, name=r.text(m["name"], f"{where}.name"), title=r.text(m["title"], f"{where}.title"), dist=normalize(r.text(m["dist"], f"{where}.dist")),
         module=r.text(m["module"], f"{where}.module"), file=rel,
         function=r.text(m["function"], f"{where}.function"), calls=r.texts(m["calls"], f"{where}.calls"),
         skip_env=skip_env, skip_values=skip_values, skip_values_from=skip_from, runs=" ".join(r.text(m["runs"], f"{where}.runs").split()),

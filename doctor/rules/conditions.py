@@ -64,13 +64,17 @@ FACT_PREFIXES = ("env.", "imports.", "package.", "startup.")
 WHEEL_FACT_PATHS = frozenset(f"wheels.flash-attn.{n}" for n in ("wheel", "needs_build", "broken_wheel", "why", "build"))
 
 
+def startup_current(facts: Facts, row: Mapping[str, Any]) -> bool:
+    """A `contracts.startup_checks` row describes the framework as installed: its version is the one
+    in the packages (or the packages do not name it), not one an --assume pin moved."""
+    return (facts.packages or {}).get(str(row.get("dist"))) in (None, row.get("version"))
+
+
 def startup_read(facts: Facts, check_id: str) -> bool:
     """The start-up check `check_id` was read from the framework as installed (doctor.probe.startup)."""
     section = facts.contracts if isinstance(facts.contracts, Mapping) else {}
-    packages = facts.packages or {}
     return any(
-        isinstance(r, Mapping) and r.get("check") == check_id and r.get("status") == "read"
-        and packages.get(str(r.get("dist"))) == r.get("version")
+        isinstance(r, Mapping) and r.get("check") == check_id and r.get("status") == "read" and startup_current(facts, r)
         for r in section.get("startup_checks") or ()
     )
 

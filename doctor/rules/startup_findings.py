@@ -16,9 +16,9 @@ from dataclasses import replace
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from doctor.model import Facts, Finding, Fix, Pin, Severity, Workload
+from doctor.rules.conditions import startup_current
 
 PREFIX = "STARTUP-"
-NAMES = {"llamafactory": "LLaMA-Factory"}
 
 
 def rule_id(check_id: str) -> str:
@@ -93,7 +93,7 @@ def startup_findings(facts: Facts, checks: Sequence[Any], cat: Any = None, workl
         if check is None:  # a snapshot from another attn-doctor with a check this one does not ship
             continue
         rid = rule_id(check.id)
-        name = NAMES.get(check.dist, check.dist)
+        name = check.name
         version = str(read.get("version"))
         mine = [r for r in rows if r.get("check") == check.id]
         if read.get("status") != "read":
@@ -102,7 +102,7 @@ def startup_findings(facts: Facts, checks: Sequence[Any], cat: Any = None, workl
                                     (f"contracts.startup.{check.id}",), check.dist))
             results.append((rid, "not_evaluated"))
             continue
-        if packages.get(check.dist) not in (None, version):
+        if not startup_current(facts, read):
             findings.append(Finding(rid, Severity.ERROR, f"{name}: start-up check not re-read for the assumed release",
                                     f"The start-up check was read from {name} {version} as installed; with "
                                     f"{check.dist} {packages.get(check.dist)} assumed it was not read again.",

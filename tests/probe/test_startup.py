@@ -188,8 +188,8 @@ def test_a_bad_startup_row_in_a_snapshot_names_its_line(tmp_path: Path) -> None:
 
 
 def _spec(folder: Path, file: str, source: str) -> None:
-    """A one-check spec file in `folder` (file on line 6, sources on line 10)."""
-    (folder / "x.yaml").write_text(f"checks:\n  - id: a-check\n    title: t\n    dist: d\n    module: m\n    file: {file}\n"
+    """A one-check spec file in `folder` (file on line 7, sources on line 11)."""
+    (folder / "x.yaml").write_text(f"checks:\n  - id: a-check\n    name: n\n    title: t\n    dist: d\n    module: m\n    file: {file}\n"
                                    f"    function: f\n    calls: [g]\n    runs: r\n    sources: [{source}]\n")
 
 
@@ -197,7 +197,7 @@ def test_a_bad_check_spec_names_file_and_line(tmp_path: Path) -> None:
     _spec(tmp_path, "f.py", "https://github.com/o/r/blob/main/f.py")
     with pytest.raises(RuleError) as e:
         load_checks(tmp_path)
-    assert "not a file at a release tag" in str(e.value) and e.value.line == 10
+    assert "not a file at a release tag" in str(e.value) and e.value.line == 11
     assert [c.id for c in load_checks()] == ["llamafactory-dependencies"]
 
 
@@ -242,7 +242,7 @@ def test_a_check_file_outside_its_module_is_refused(tmp_path: Path) -> None:
     _spec(tmp_path, "../../etc/passwd", "https://github.com/o/r/blob/v1/f.py")
     with pytest.raises(RuleError) as e:
         load_checks(tmp_path)
-    assert "must be a path inside the module" in str(e.value) and e.value.line == 6
+    assert "must be a path inside the module" in str(e.value) and e.value.line == 7
 
 
 @pytest.mark.parametrize("values, message", [("'1'", "expected a list"), ("['']", "non-empty strings"), ("[[1]]", "expected a string")])
@@ -271,3 +271,19 @@ def test_a_requirement_that_is_not_a_name_and_versions_is_never_shown_as_a_comma
 
     report = check(Inputs(facts=facts_from_snapshot(load_snapshot(path)), workload=default_workload(), catalogue=load_catalogue()))
     assert _finding(report) is None and (RULE, "passed") in report.rule_results
+
+
+def test_an_assumed_release_is_not_judged_by_the_installed_file(lf092: Path, tmp_path: Path) -> None:
+    # the file read is 0.9.2's; with 0.9.3 assumed the finding is not evaluated and the 0.9.3 table judges
+    _dist(lf092, "transformers", "4.44.2")
+    doc = _probe(lf092)
+    doc["packages"]["llamafactory"] = "0.9.3"
+    report = _check(doc, tmp_path)
+    f = _finding(report)
+    assert f is not None and f.status == "not_evaluated" and "assumed" in f.message
+    assert (RULE, "not_evaluated") in report.rule_results
+    from doctor.rules.conditions import startup_read
+
+    assert not startup_read(report.facts, "llamafactory-dependencies")  # so the 0.9.3 table is not silenced
+    doc["packages"]["llamafactory"] = "0.9.2"
+    assert startup_read(_check(doc, tmp_path).facts, "llamafactory-dependencies")
