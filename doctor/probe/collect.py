@@ -300,6 +300,10 @@ def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[s
     startup = notes.guard("contracts.startup", lambda: _startup(scan), None)
     if contracts is not None and startup is not None and startup[0]:
         contracts["startup_checks"], contracts["startup"] = startup
+    elif startup is not None and startup[0]:
+        # the start-up rows live in the contracts section, which the failed analysis left out:
+        # say so, so that `check` reports the start-up check as not evaluated, with this reason
+        notes.unknown["contracts.startup"] = f"not recorded: the contract analysis failed: {notes.unknown.get('contracts')}"
     if contracts is not None:
         notes.provenance["contracts"] = (
             f"static analysis of the installed sources ({contracts.pop('parsed_files')} file(s) parsed, "

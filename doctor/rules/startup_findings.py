@@ -77,15 +77,22 @@ def startup_findings(facts: Facts, checks: Sequence[Any], cat: Any = None, workl
     """(findings, rule results) for the start-up checks recorded in `facts` (see the module doc).
     With the catalogue, workload and diagnosis given, fixes that bring up a new error are dropped
     and new warnings are named."""
-    section = facts.contracts
-    if not isinstance(section, Mapping):
-        return (), ()
+    section = facts.contracts if isinstance(facts.contracts, Mapping) else {}
     by_id = {c.id: c for c in checks}
     packages = facts.packages or {}
     env = facts.env or {}
     rows = [r for r in section.get("startup") or () if isinstance(r, Mapping)]
     findings: List[Finding] = []
     results: List[Tuple[str, str]] = []
+    why = facts.unknown.get("contracts.startup") or (facts.unknown.get("contracts") if not section else None)
+    read_ids = {str(r.get("check")) for r in section.get("startup_checks") or () if isinstance(r, Mapping)}
+    for check in checks if why else ():
+        # the probe failed before the start-up rows reached the snapshot: not evaluated, and why
+        if check.id not in read_ids and packages.get(check.dist):
+            rid = rule_id(check.id)
+            findings.append(Finding(rid, Severity.WARNING, f"{check.name} {packages[check.dist]}: its start-up check was not evaluated",
+                                    str(why), "not_evaluated", (), check.sources, (f"contracts.startup.{check.id}",), check.dist))
+            results.append((rid, "not_evaluated"))
     for read in section.get("startup_checks") or ():
         if not isinstance(read, Mapping):
             continue

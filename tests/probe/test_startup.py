@@ -287,3 +287,27 @@ def test_an_assumed_release_is_not_judged_by_the_installed_file(lf092: Path, tmp
     assert not startup_read(report.facts, "llamafactory-dependencies")  # so the 0.9.3 table is not silenced
     doc["packages"]["llamafactory"] = "0.9.2"
     assert startup_read(_check(doc, tmp_path).facts, "llamafactory-dependencies")
+
+
+def test_a_failed_contract_analysis_leaves_the_start_up_check_not_evaluated_with_why(
+        lf092: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start-up rows travel in the contracts section; when the contract analysis fails the
+    read cannot be kept, and the user sees one line saying the check was not evaluated and why
+    (before: no STARTUP row at all, as if there were nothing to check)."""
+    import sys
+
+    collect_module = sys.modules["doctor.probe.collect"]
+
+    def broken(scan: Any, src: Any) -> Any:
+        raise RuntimeError("a contracts bug")
+
+    monkeypatch.setattr(collect_module, "_contracts", broken)
+    _dist(lf092, "transformers", "4.50.0")
+    doc = _probe(lf092)
+    assert doc["contracts"] is None
+    report = _check(doc, tmp_path)
+    f = _finding(report)
+    assert f is not None and f.status == "not_evaluated" and "\n" not in f.message
+    assert f.title == "LLaMA-Factory 0.9.2: its start-up check was not evaluated"
+    assert "the contract analysis failed" in f.message and "a contracts bug" in f.message
+    assert (RULE, "not_evaluated") in report.rule_results
