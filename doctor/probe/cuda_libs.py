@@ -197,7 +197,7 @@ def _lib_version(src: Sources, path: str) -> Tuple[Optional[str], str]:
 # drops paths containing "stub". The walk stops after WALK_LIMIT entries (CUDA_HOME=/ would walk
 # the disk): that folder is then unknown.
 TE_SEARCH_VARS = ("CUDNN_HOME", "CUDNN_PATH", "CUDA_HOME", "CUDA_PATH")
-WALK_LIMIT = 200_000
+WALK_LIMIT = 50_000
 
 
 def _glob_first(root: str) -> Tuple[Optional[str], Optional[str]]:
