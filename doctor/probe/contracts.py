@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # the parser and the guard evaluator load only when a result 
     from doctor.probe.pysource import SummaryCache
 
 BINDS, BREAKS, UNDECIDED = "binds", "breaks", "undecided"
+_SCAN_FILES, _SCAN_BYTES = 20_000, 400 << 20  # bounds of the name scan in a lazy package
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ class Callee:
         self.scan = scan
         self.tops = tuple(tops)
         self.cache = cache
+        self._text: Dict[str, Optional[Dict[str, bytes]]] = {}
+        self._exp: Dict[Tuple[str, str], Optional[Tuple[Set[str], Set[str]]]] = {}
 
     def owns(self, module: str) -> bool:
         return module.split(".")[0] in self.tops
@@ -111,17 +114,117 @@ class Callee:
                 return Target("external", symbol)
         if name in s["names"]:
             return Target("name", symbol)
+        lazy = bool(s["lazy"])
         for star in s["star"]:
-            if self.owns(star):
+            if self.owns(star) and self.may_define(star, name):
                 t = self.lookup(star, name, depth + 1)
-                if t.kind not in ("missing", "nofile"):
+                if t.kind == "lazy":
+                    lazy = True  # a lazy package re-exported with *: the next star may still define it
+                elif t.kind not in ("missing", "nofile"):
                     return t
         sub, _ = self.file(symbol)
         if sub:
             return Target("module", symbol, module=symbol)
-        if s["lazy"]:
+        if lazy:
+            if depth == 0 and self.absent_everywhere(module, name):
+                return Target("missing", symbol)
             return Target("lazy", symbol)
         return Target("missing", symbol)
+
+    def _texts(self, top: str) -> Optional[Dict[str, bytes]]:
+        """Every Python file of the callee's top package, read once (None past the bounds)."""
+        if top in self._text:
+            return self._text[top]
+        base = self.scan.modules.get(top)
+        out: Optional[Dict[str, bytes]] = None
+        if base is not None and os.path.isdir(base):
+            out, total = {}, 0
+            for root, dirs, names in os.walk(base):
+                dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+                for fname in sorted(n for n in names if n.endswith(".py")):
+                    path = os.path.join(root, fname)
+                    try:
+                        size = os.path.getsize(path)
+                        total += size
+                        if len(out) >= _SCAN_FILES or total > _SCAN_BYTES:
+                            out = None
+                            break
+                        with open(path, "rb") as fh:
+                            out[path] = fh.read(size + 1)
+                    except OSError:
+                        out = None
+                        break
+                if out is None:
+                    break
+        if out is not None:
+            self.cache.touched.update(out)
+        self._text[top] = out
+        return out
+
+    def _spells(self, data: bytes, name: str) -> bool:
+        return name.encode() in data and re.search(rb"(?<![\w])" + re.escape(name.encode()) + rb"(?![\w])", data) is not None
+
+    def _exporters(self, top: str, name: str) -> Optional[Tuple[Set[str], Set[str]]]:
+        """(files that may export `name`, the folders holding them), once per name.
+
+        A file with a literal `__all__` (and no `__all__ +=`/extend/append) exports through
+        `import *` only what `__all__` spells in quotes, whatever its docstrings mention."""
+        key = (top, name)
+        if key in self._exp:
+            return self._exp[key]
+        texts = self._texts(top)
+        out: Optional[Tuple[Set[str], Set[str]]] = None
+        if texts is not None:
+            files: Set[str] = set()
+            folders: Set[str] = set()
+            quoted = (f'"{name}"'.encode(), f"'{name}'".encode())
+            for path, text in texts.items():
+                if not self._spells(text, name):
+                    continue
+                if b"__all__ =" in text and not re.search(rb"__all__\s*(\+=|\.extend|\.append)", text):
+                    if not any(q in text for q in quoted):
+                        continue  # named only in docs or code; `import *` cannot export it
+                files.add(path)
+                d = os.path.dirname(path)
+                while d.startswith(self.scan.modules[top]) and d not in folders:
+                    folders.add(d)
+                    d = os.path.dirname(d)
+            out = (files, folders)
+        self._exp[key] = out
+        return out
+
+    def may_define(self, module: str, name: str) -> bool:
+        """False only when `import *` of `module` cannot bring `name`: neither its file (for a
+        package, any file under it) may export the name, nor does it re-export a module outside
+        with `import *`. Saves parsing the hundreds of model packages a lazy
+        `from .models import *` reaches."""
+        top = module.split(".")[0]
+        texts = self._texts(top)
+        exp = self._exporters(top, name)
+        path, is_pkg = self.file(module)
+        if texts is None or exp is None or path is None or path not in texts:
+            return True
+        files, folders = exp
+        if path in files:
+            return True
+        text = texts[path]
+        if is_pkg:
+            if os.path.dirname(path) in folders:
+                return True
+            return b"import *" in text and b"from .." in text
+        return b"import *" in text
+
+    def absent_everywhere(self, module: str, name: str) -> bool:
+        """True when the identifier `name` occurs in no Python file of `module`'s top package.
+
+        A lazy module (transformers' `_LazyModule`) maps exported names to submodules through
+        string tables, `__all__` lists and TYPE_CHECKING imports, all of which spell the name:
+        where no file spells it, no import of it can succeed. Bounded: a package of more than
+        _SCAN_FILES files or _SCAN_BYTES bytes is not read (the import stays undecided)."""
+        texts = self._texts(module.split(".")[0])
+        if texts is None or not name.isidentifier():
+            return False
+        return not any(self._spells(t, name) for t in texts.values())
 
     def resolve(self, dotted_name: str) -> Target:
         """`pkg.mod.attr` -> the definition: the longest module prefix with a file, then names."""

@@ -434,6 +434,18 @@ def _compile(cond: Mapping[str, Any]) -> Compiled:
     return lambda ctx: _evaluate_leaf(cond, ctx)  # backend / framework: depend on the diagnosis
 
 
+# What the user states that puts another library than TE's DotProductAttention on the path: an
+# HF attn_implementation, or a framework that never calls TE's attention. Stated facts only: the
+# inferred path.library would hide Megatron run from a source checkout.
+TE_ELSEWHERE_ATTN = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
+TE_ELSEWHERE_FRAMEWORKS = ("transformers", "trl", "peft", "accelerate", "axolotl", "unsloth", "diffusers", "torchtitan")
+
+
+def _te_attention_elsewhere(ctx: Context) -> bool:
+    attn, fw = ctx.value("workload.attn_implementation"), ctx.value("workload.framework")
+    return (attn.known and attn.value in TE_ELSEWHERE_ATTN) or (fw.known and fw.value in TE_ELSEWHERE_FRAMEWORKS)
+
+
 def _evaluate_leaf(cond: Mapping[str, Any], ctx: Context) -> Outcome:
     """The leaves that read the diagnosis so far: backend availability and selection."""
     if "backend" in cond:
@@ -447,8 +459,10 @@ def _evaluate_leaf(cond: Mapping[str, Any], ctx: Context) -> Outcome:
                 return Outcome(None, (f"backend {st.id}: " + "; ".join(st.reasons),))
             if st.available != cond["available"]:
                 return FALSE
-        if "selected" in cond and st.selected != cond["selected"]:
-            return FALSE
+        if "selected" in cond:
+            selected = st.selected and not (st.framework == "transformer-engine" and _te_attention_elsewhere(ctx))
+            if selected != cond["selected"]:
+                return FALSE
         return TRUE
     if "framework" in cond:
         fw = cond["framework"]

@@ -39,6 +39,21 @@ def _distance(a: str, b: str) -> Tuple[int, ...]:
     return tuple(abs(x - y) for x, y in zip(va, vb))
 
 
+def _errors(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The exceptions the broken sites raise: a name the callee no longer has raises ImportError
+    at an import (AttributeError where it is reached as an attribute), a call that no longer
+    binds TypeError."""
+    out: List[str] = []
+    for r in rows:
+        missing = " has no " in str(r.get("reason", ""))
+        e = ("ImportError" if r.get("kind") == "import" else "AttributeError") if missing else "TypeError"
+        if e not in out:
+            out.append(e)
+    if "ImportError" in out and all(r.get("kind") == "import" or " has no " in str(r.get("reason", "")) for r in rows):
+        out = ["ImportError"]  # the import fails first: the module never loads to reach its calls
+    return " or ".join(out) if out else "TypeError or AttributeError"
+
+
 def _fixes(pair: Any, caller_version: str, callee_version: str) -> Tuple[Fix, ...]:
     """Pins from the pair's known-good release pairs, nearest to what is installed first."""
     from packaging.specifiers import SpecifierSet
@@ -156,7 +171,7 @@ def contract_findings(facts: Facts, specs: Any) -> Tuple[Tuple[Finding, ...], Tu
             message = (
                 f"Read from the installed code: {caller} {caller_v} calls {callee} {callee_v} in ways its "
                 f"definitions no longer accept, so the first run that reaches these sites fails "
-                f"(TypeError or AttributeError):" + "".join(_symbol_lines(broken))
+                f"({_errors(broken)}):" + "".join(_symbol_lines(broken))
             )
             if conditional:
                 message += "\nAlso, on some code paths only:" + "".join(_symbol_lines(conditional))

@@ -155,3 +155,76 @@ def test_a_snapshot_with_a_bad_contract_verdict_is_refused_with_its_line() -> No
     with pytest.raises(InputError) as err:
         parse_snapshot(json.dumps(doc, indent=1), "snap.json")
     assert "verdict must be one of binds, breaks, undecided" in err.value.message and err.value.line == 12
+
+
+LAZY_PAIRS = '''
+pairs:
+  - id: app-lz
+    title: app imports from a lazy package
+    caller: {dist: app, files: ["app/*.py"]}
+    callee: {dist: lz-lib, modules: [lz], check_imports: [lz]}
+    sources: ["https://github.com/o/r/blob/v1.0/app/x.py"]
+'''
+
+# the shape of transformers' top level: a _LazyModule with TYPE_CHECKING imports, model
+# packages reached through `from .models import *`, each re-exporting files with __all__
+LAZY_FILES = {
+    "lz/__init__.py": '''
+        from typing import TYPE_CHECKING
+        from .utils import _LazyModule
+        _import_structure = {"cache": ["Cache"], "table_only": ["TableOnly"]}
+        if TYPE_CHECKING:
+            from .cache import Cache
+            from .models import *
+        else:
+            import sys
+            sys.modules[__name__] = _LazyModule(__name__, _import_structure)
+    ''',
+    "lz/utils.py": "class _LazyModule:\n    pass\n",
+    "lz/cache.py": "class Cache:\n    pass\n",
+    "lz/models/__init__.py": '''
+        from typing import TYPE_CHECKING
+        if TYPE_CHECKING:
+            from .alpha import *
+            from .beta import *
+        else:
+            _LazyModule = None
+    ''',
+    "lz/models/alpha/__init__.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .modeling_alpha import *\n_LazyModule = None\n",
+    "lz/models/alpha/modeling_alpha.py": '"""Use it with Removed or BetaModel."""\nclass AlphaModel:\n    pass\n__all__ = ["AlphaModel"]\n',
+    "lz/models/beta/__init__.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .modeling_beta import *\n_LazyModule = None\n",
+    "lz/models/beta/modeling_beta.py": "class BetaModel:\n    pass\n__all__ = ['BetaModel']\n",
+}
+
+
+def _lazy_site(tmp_path: Path, imports: str) -> Dict[str, Any]:
+    site = tmp_path / "site"
+    for name in ("app", "lz_lib"):
+        d = site / f"{name}-1.0.dist-info"
+        d.mkdir(parents=True)
+        (d / "METADATA").write_text(f"Name: {name.replace('_', '-')}\nVersion: 1.0\n\n")
+    for rel, text in {**LAZY_FILES, "app/__init__.py": "", "app/run.py": imports}.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(textwrap.dedent(text))
+    spec_dir = tmp_path / "specs"
+    spec_dir.mkdir()
+    (spec_dir / "p.yaml").write_text(LAZY_PAIRS)
+    doc = analyse(packages.scan([str(site)]), load_specs(spec_dir), tmp_path / "cache")
+    return {s["symbol"].rsplit(".", 1)[1]: s for s in doc["sites"]}
+
+
+def test_a_name_no_file_of_a_lazy_package_spells_is_missing(tmp_path: Path) -> None:
+    """What peft 0.17 hit on transformers 5: `from transformers import HybridCache`."""
+    sites = _lazy_site(tmp_path, "from lz import Cache, BetaModel, Gone\n")
+    assert sites["Gone"]["verdict"] == "breaks" and "lz has no 'Gone'" in sites["Gone"]["reason"]
+    assert sites["Cache"]["verdict"] == "binds"
+    # found behind two lazy `import *` levels, past a model package that does not export it
+    assert sites["BetaModel"]["verdict"] == "binds"
+
+
+def test_a_name_a_lazy_package_spells_but_does_not_resolve_stays_undecided(tmp_path: Path) -> None:
+    # TableOnly is only in the string table the _LazyModule reads; Removed only in a docstring of a
+    # file whose __all__ does not export it: both are spelled somewhere, so neither is called missing
+    sites = _lazy_site(tmp_path, "from lz import TableOnly, Removed\n")
+    assert sites["TableOnly"]["verdict"] == "undecided"
+    assert sites["Removed"]["verdict"] == "undecided"

@@ -203,6 +203,27 @@ def test_xtuner_0_1_23_with_transformers_4_42_4_is_clean(tmp_path: Path, cache: 
     assert all(s["reason"] == "binds" for s in patched)
 
 
+@pytest.mark.parametrize("version, breaks", [("5.0.0rc3", True), ("5.0.0rc2", False)])
+def test_peft_0_17_1_with_transformers_5_without_hybridcache_is_caught(tmp_path: Path, cache: Path, version: str, breaks: bool) -> None:
+    """GLM-Image#3: a transformers 5.0 build whose lazy top level no longer exports HybridCache."""
+    site = tmp_path / "site"
+    upstream.install_peft(site)
+    upstream.install_transformers_whole(site, version)
+    doc = _probe(site, cache)
+    rows = [s for s in doc["contracts"]["sites"] if s["pair"] == "peft-transformers" and s["symbol"] == "transformers.HybridCache"]
+    assert rows and {s["verdict"] for s in rows} == ({"breaks"} if breaks else {"binds"})
+    # every other top-level import resolves through the lazy module's imports (none is left undecided)
+    assert not _sites(doc, "peft-transformers", "undecided")
+    report = _check_without_seed_rule(doc)
+    found = [f for f in report.findings if f.rule_id == "CONTRACT-PEFT-TRANSFORMERS"]
+    if not breaks:
+        assert not found
+        return
+    (f,) = found
+    assert "HybridCache" in f.title and "ImportError" in f.message and "peft/peft_model.py:37" in f.message
+    assert [tuple(map(str, x.pins)) for x in f.fixes] == [("transformers==4.57.1",), ("peft==0.18.1", "transformers==5.0.0")]
+
+
 def test_the_parse_is_cached_per_file_content(tmp_path: Path, cache: Path) -> None:
     cache = tmp_path / "own-cache"
     site = tmp_path / "site"

@@ -4,8 +4,8 @@ Files come from PyPI (the simple index gives the URL; the sha256 pinned here mus
 are kept in $ATTN_DOCTOR_TEST_DOWNLOADS, else <tmp>/attn-doctor-test-downloads, so later runs
 are offline. Only the files the analysis needs are extracted: TE's attention module from its
 pure-Python wheel, the top-level `flash_attn` package from its sdist (with PKG-INFO as the
-METADATA), the dispatch package of XTuner, and transformers' top-level, utils and modeling
-files. A test that cannot download skips, saying why.
+METADATA), the dispatch package of XTuner, transformers' top-level, utils and modeling files (or the
+whole package), and PEFT. A test that cannot download skips, saying why.
 """
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ ARTIFACTS = {
     ("verl", "verl-0.6.0-py3-none-any.whl"): "2666528b8ab4494e2ac40c282a99281296c2d9dc9675ceac6bea8d41fb69b321",
     ("transformers", "transformers-4.56.1-py3-none-any.whl"): "1697af6addfb6ddbce9618b763f4b52d5a756f6da4899ffd1b4febf58b779248",
     ("unsloth", "unsloth-2024.8-py3-none-any.whl"): "da2ee4de96a10b7489723dc5d3c6a2ef383774f7cf249abe44919c615ae8df49",
+    ("peft", "peft-0.17.1-py3-none-any.whl"): "3d129d64def3d74779c32a080d2567e5f7b674e77d546e3585138216d903f99e",
+    ("transformers", "transformers-5.0.0rc2-py3-none-any.whl"): "f8f2a14060ab11f20a0eec39d827af54c1589c327c5799d82808ae3f4167418a",
+    ("transformers", "transformers-5.0.0rc3-py3-none-any.whl"): "383fad27f4f73092d330e45fae384681e5c8521e1dc1cf6cb1a297780e68bf2d",
 }
 INDEX = "https://pypi.org/simple"
 
@@ -124,6 +127,15 @@ def install_transformers(site: Path, version: str) -> None:
         exclude=["*modeling_tf_*", "*modeling_flax_*", "transformers/models/*/convert_*", "transformers/commands/*",
                  "transformers/pipelines/*", "transformers/data/*", "transformers/onnx/*", "transformers/agents/*"],
     )
+
+
+def install_transformers_whole(site: Path, version: str) -> None:
+    """Every file of the package: a lazy top level is judged by what all of its files spell."""
+    install_wheel(site, f"transformers-{version}-py3-none-any.whl", ["transformers/*"])
+
+
+def install_peft(site: Path) -> None:
+    install_wheel(site, "peft-0.17.1-py3-none-any.whl", ["peft/*"])
 
 
 def install_xtuner(site: Path) -> None:

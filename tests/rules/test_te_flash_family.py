@@ -174,3 +174,19 @@ def test_a_member_cannot_be_read_as_selected(tmp_path: Path) -> None:
     _, rules = load_file(rules_file)
     with pytest.raises(RuleError, match="a member of"):
         _check_catalogue(fws, rules)
+
+
+@pytest.mark.parametrize("stated, fires", [
+    ({}, True),
+    ({"framework": "megatron"}, True),
+    ({"attn_implementation": "flash_attention_2"}, False),  # transformers runs flash-attn itself
+    ({"framework": "torchtitan"}, False),  # never calls TE's attention
+])
+def test_a_finding_about_te_selecting_a_backend_needs_te_on_the_path(cat, stated: Dict[str, str], fires: bool) -> None:  # type: ignore[no-untyped-def]
+    # TE 2.16.1 with flash-attn-4 on an A100 would run FA4's missing sm8x backward, if TE ran
+    facts, workload = case_inputs({"packages": {"transformer-engine": "2.16.1", "flash-attn-4": "4.0.0b11"}, "gpu": "8.0",
+                                   "workload": {"training": True, "dtype": "bf16", **stated}})
+    d = diagnose(cat, facts, workload)
+    te = next(b for b in d.backends if b.id == "te.flash")
+    assert te.selected  # TE's own choice is still modelled and shown
+    assert ("TE-FLASH-FA4-SM8X-BACKWARD" in {f.rule_id for f in d.findings}) is fires
