@@ -51,6 +51,37 @@ class CudaInfo:
 
 
 @dataclass(frozen=True)
+class CudnnFile:
+    """One libcudnn file and the cuDNN release it is (None when neither name nor header says)."""
+
+    path: str
+    version: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class CudnnFolder:
+    """A folder TransformerEngine globs for `libcudnn.so*` (recursively) before the Python wheels:
+    `var` is the variable that named it (CUDNN_HOME, CUDNN_PATH, CUDA_HOME, CUDA_PATH) or None
+    for /usr/local/cuda; `found` the file its glob takes first (None: no libcudnn there);
+    `error` why the walk did not finish (then `found` is unknown)."""
+
+    var: Optional[str]
+    dir: str
+    found: Optional[CudnnFile] = None
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class CudnnSearch:
+    """What TransformerEngine's own cuDNN search would find on this machine before the Python
+    wheels (snapshot key cudnn.search): the folders it globs, and the `libcudnn.so` (unversioned
+    name) that `dlopen("libcudnn.so")` finds on the loader path (None: none there)."""
+
+    folders: Tuple[CudnnFolder, ...]
+    unversioned: Optional[CudnnFile] = None
+
+
+@dataclass(frozen=True)
 class CudnnInfo:
     version: Optional[str] = None  # effective: loaded if known, else best static estimate
     loaded: Optional[str] = None  # what torch actually loaded (child process)
@@ -61,6 +92,8 @@ class CudnnInfo:
     # A libcudnn on the system library path (outside the Python wheels) whose version differs
     # from the effective one (snapshot key cudnn.system, a list); "" when none differs.
     system: Optional[str] = None
+    # TransformerEngine's own search (None: not probed, a snapshot written before it was recorded)
+    search: Optional[CudnnSearch] = None
 
     @property
     def installed_is_bundled(self) -> Optional[bool]:
@@ -407,6 +440,17 @@ class Workload:
         size = self.context_parallel.size
         return self.seq_len_q % size == 0 and self.seq_len_kv % size == 0
 
+    @property
+    def cp_chunk_len_q(self) -> int:
+        """The query chunk of TE's load-balanced context parallelism: the sequence cut into
+        2 x cp_size chunks (its all_gather steps run max_seqlen_q // (2 * cp_size) queries)."""
+        return self.seq_len_q // (2 * max(self.context_parallel.size, 1))
+
+    @property
+    def cp_chunk_len_kv(self) -> int:
+        """The key/value chunk of the same split; each all_gather step takes a whole number of them."""
+        return self.seq_len_kv // (2 * max(self.context_parallel.size, 1))
+
 
 WORKLOAD_DERIVED = (
     "mla",
@@ -433,6 +477,8 @@ WORKLOAD_DERIVED = (
     "cp_kv_heads_repeatable",
     "cp_local_heads_divisible",
     "cp_seq_divisible",
+    "cp_chunk_len_q",
+    "cp_chunk_len_kv",
 )
 # workload fields whose None means "not known" rather than a value a rule can compare with:
 # a rule that reads one is then not evaluated (the others' None means "not stated", a value)
