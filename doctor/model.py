@@ -308,6 +308,8 @@ class Workload:
     # window off but keeps its length; some transformers releases apply it anyway)
     unused_sliding_window: Optional[int] = None
     packing: str = "padded"  # padded | varlen | padding_free
+    # tensor-parallel size (Megatron/NeMo): attention modules see num_heads/tp and num_kv_heads/tp
+    tensor_parallel: int = 1
     source: str = "default profile"
     defaulted: Tuple[str, ...] = ()
 
@@ -435,10 +437,31 @@ class Workload:
         size = self.context_parallel.size
         return (self.num_heads // size) % size == 0
 
+    # Heads of one tensor-parallel rank: what TE's DotProductAttention sees under Megatron/NeMo
+    # tensor parallelism (kv heads fewer than ranks are replicated, one per rank)
+    @property
+    def tp_local_heads(self) -> int:
+        return max(1, self.num_heads // self.tensor_parallel)
+
+    @property
+    def tp_local_kv_heads(self) -> int:
+        return max(1, self.num_kv_heads // self.tensor_parallel)
+
     @property
     def cp_seq_divisible(self) -> bool:
         size = self.context_parallel.size
         return self.seq_len_q % size == 0 and self.seq_len_kv % size == 0
+
+    @property
+    def cp_chunk_len_q(self) -> int:
+        """The query chunk of TE's load-balanced context parallelism: the sequence cut into
+        2 x cp_size chunks (its all_gather steps run max_seqlen_q // (2 * cp_size) queries)."""
+        return self.seq_len_q // (2 * max(self.context_parallel.size, 1))
+
+    @property
+    def cp_chunk_len_kv(self) -> int:
+        """The key/value chunk of the same split; each all_gather step takes a whole number of them."""
+        return self.seq_len_kv // (2 * max(self.context_parallel.size, 1))
 
 
 WORKLOAD_DERIVED = (
@@ -466,6 +489,10 @@ WORKLOAD_DERIVED = (
     "cp_kv_heads_repeatable",
     "cp_local_heads_divisible",
     "cp_seq_divisible",
+    "cp_chunk_len_q",
+    "cp_chunk_len_kv",
+    "tp_local_heads",
+    "tp_local_kv_heads",
 )
 # workload fields whose None means "not known" rather than a value a rule can compare with:
 # a rule that reads one is then not evaluated (the others' None means "not stated", a value)
