@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # the parser and the guard evaluator load only when a result 
 
 BINDS, BREAKS, UNDECIDED = "binds", "breaks", "undecided"
 _SCAN_FILES, _SCAN_BYTES = 20_000, 400 << 20  # bounds of the name scan in a lazy package
+_SCAN_ENTRIES = 200_000  # files and folders of any kind listed (a linked data folder need hold no .py)
 # Module files no text scan can read: a name they define is spelled in no `.py` file.
 _OPAQUE_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES) + (".pyc", ".pyd", ".so")
 # `from ..x import *` or `from pkg.x import *`: a star import that may bring names from outside its folder.
@@ -186,8 +187,14 @@ class Callee:
             out, total = {}, 0
             seen: Set[str] = set()
             escapes: Set[str] = set()
+            failed: List[OSError] = []  # a folder os.walk could not list: its files are unread
+            entries = 0
             # followlinks: Python imports through a symlinked folder; `seen` stops link cycles
-            for root, dirs, names in os.walk(base, followlinks=True):
+            for root, dirs, names in os.walk(base, onerror=failed.append, followlinks=True):
+                entries += len(dirs) + len(names)
+                if failed or entries > _SCAN_ENTRIES:
+                    out = None
+                    break
                 real = os.path.realpath(root)
                 if real in seen:
                     dirs[:] = []
@@ -216,6 +223,8 @@ class Callee:
                         break
                 if out is None:
                     break
+            if failed:
+                out = None
             self._escapes[top] = escapes
         if out is not None:
             self.cache.touched.update(out)

@@ -8,6 +8,7 @@ checks against the released files are in test_contracts.py.
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -299,3 +300,22 @@ def test_a_star_import_leaving_a_subpackage_from_a_file_under_it_is_followed(tmp
 def test_literal_all_reads_only_a_literal_list(text: bytes, names: Any) -> None:
     from doctor.probe.contracts import literal_all
     assert literal_all(text) == names
+
+
+def test_a_folder_that_cannot_be_listed_is_not_proof_of_absence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # os.walk skips a folder it cannot list (permissions) unless told; its files were never read
+    import doctor.probe.contracts as contracts
+
+    real_walk = contracts.os.walk
+
+    def walk(top: str, onerror: Any = None, followlinks: bool = False) -> Any:
+        for root, dirs, names in real_walk(top, followlinks=followlinks):
+            if "models" in dirs:
+                dirs.remove("models")
+                if onerror is not None:
+                    onerror(PermissionError(13, "Permission denied", os.path.join(root, "models")))
+            yield root, dirs, names
+
+    monkeypatch.setattr(contracts.os, "walk", walk)
+    sites = _lazy_site(tmp_path, "from lz import BetaModel, Gone\n")
+    assert sites["Gone"]["verdict"] == "undecided" and sites["BetaModel"]["verdict"] != "breaks"
