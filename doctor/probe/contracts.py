@@ -298,9 +298,11 @@ class Callee:
         texts = self._texts(top)
         if texts is None or not name.isidentifier() or top in self._opaque:
             return False
-        path, _ = self.file(module)
+        path, is_pkg = self.file(module)
         if path is None or path not in texts or _MODULE_GETATTR.search(texts[path]):
             return False
+        if is_pkg and os.path.isdir(os.path.join(os.path.dirname(path), name)):
+            return False  # a folder without __init__.py: `from pkg import name` imports it as a namespace package
         return not any(self._spells(t, name) for t in texts.values())
 
     def resolve(self, dotted_name: str) -> Target:

@@ -319,3 +319,8 @@ def test_a_folder_that_cannot_be_listed_is_not_proof_of_absence(tmp_path: Path, 
     monkeypatch.setattr(contracts.os, "walk", walk)
     sites = _lazy_site(tmp_path, "from lz import BetaModel, Gone\n")
     assert sites["Gone"]["verdict"] == "undecided" and sites["BetaModel"]["verdict"] != "breaks"
+
+
+def test_a_subfolder_without_init_is_a_namespace_package_not_a_missing_name(tmp_path: Path) -> None:
+    sites = _lazy_site(tmp_path, "from lz import nsdir, Gone\n", extra={"lz/nsdir/tool.py": "X = 1\n"})
+    assert sites["nsdir"]["verdict"] != "breaks" and sites["Gone"]["verdict"] == "breaks"
