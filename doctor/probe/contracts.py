@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # the parser and the guard evaluator load only when a result 
     from doctor.probe.pysource import SummaryCache
 
 BINDS, BREAKS, UNDECIDED = "binds", "breaks", "undecided"
-_SCAN_FILES, _SCAN_BYTES = 20_000, 400 << 20  # bounds of the name scan in a lazy package
+_SCAN_FILES, _SCAN_BYTES = 20_000, 160 << 20  # bounds of the name scan in a lazy package (transformers 5.x: ~50 MiB of .py)
 _SCAN_ENTRIES = 200_000  # files and folders of any kind listed (a linked data folder need hold no .py)
 # Module files no text scan can read: a name they define is spelled in no `.py` file.
 _OPAQUE_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES) + (".pyc", ".pyd", ".so")
