@@ -300,8 +300,11 @@ def _contract_findings(facts: Facts) -> Tuple[Tuple[Finding, ...], Tuple[Tuple[s
 
 
 def _startup_findings(inputs: Inputs, diagnosis: "Diagnosis") -> Tuple[Tuple[Finding, ...], Tuple[Tuple[str, str], ...]]:
-    """The STARTUP-* findings from the start-up checks the probe read (none when it read none)."""
-    if not inputs.facts.contracts or not inputs.facts.contracts.get("startup_checks"):
+    """The STARTUP-* findings from the start-up checks the probe read (none when it read none),
+    and a not-evaluated row for a check whose read the probe could not record (facts.unknown)."""
+    unknown = inputs.facts.unknown
+    read = bool(inputs.facts.contracts and inputs.facts.contracts.get("startup_checks"))
+    if not read and "contracts.startup" not in unknown and (inputs.facts.contracts or "contracts" not in unknown):
         return (), ()
     from doctor.probe.startup import load_checks
     from doctor.rules.startup_findings import startup_findings

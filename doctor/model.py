@@ -51,6 +51,37 @@ class CudaInfo:
 
 
 @dataclass(frozen=True)
+class CudnnFile:
+    """One libcudnn file and the cuDNN release it is (None when neither name nor header says)."""
+
+    path: str
+    version: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class CudnnFolder:
+    """A folder TransformerEngine globs for `libcudnn.so*` (recursively) before the Python wheels:
+    `var` is the variable that named it (CUDNN_HOME, CUDNN_PATH, CUDA_HOME, CUDA_PATH) or None
+    for /usr/local/cuda; `found` the file its glob takes first (None: no libcudnn there);
+    `error` why the walk did not finish (then `found` is unknown)."""
+
+    var: Optional[str]
+    dir: str
+    found: Optional[CudnnFile] = None
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class CudnnSearch:
+    """What TransformerEngine's own cuDNN search would find on this machine before the Python
+    wheels (snapshot key cudnn.search): the folders it globs, and the `libcudnn.so` (unversioned
+    name) that `dlopen("libcudnn.so")` finds on the loader path (None: none there)."""
+
+    folders: Tuple[CudnnFolder, ...]
+    unversioned: Optional[CudnnFile] = None
+
+
+@dataclass(frozen=True)
 class CudnnInfo:
     version: Optional[str] = None  # effective: loaded if known, else best static estimate
     loaded: Optional[str] = None  # what torch actually loaded (child process)
@@ -61,6 +92,8 @@ class CudnnInfo:
     # A libcudnn on the system library path (outside the Python wheels) whose version differs
     # from the effective one (snapshot key cudnn.system, a list); "" when none differs.
     system: Optional[str] = None
+    # TransformerEngine's own search (None: not probed, a snapshot written before it was recorded)
+    search: Optional[CudnnSearch] = None
 
     @property
     def installed_is_bundled(self) -> Optional[bool]:

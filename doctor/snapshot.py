@@ -18,6 +18,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from doctor.bounded import parse_document, read_text
 from doctor.errors import InputError
 from doctor.model import (
+    CudnnFile,
+    CudnnFolder,
+    CudnnSearch,
     SCHEMA_VERSION,
     CudaInfo,
     CudnnInfo,
@@ -284,6 +287,68 @@ def _check_versions(ck: _Checker, out: Mapping[str, Any]) -> None:
             raise ck.fail(["gpus", i, "memory_mib"], f"memory must be >= 0 MiB, got {mem}")
 
 
+def _check_cudnn_file(ck: _Checker, value: Any, where: List[Key]) -> Optional[Dict[str, Optional[str]]]:
+    row = ck.mapping(value, where)
+    if row is None:
+        return None
+    out = {k: ck.text(row.get(k), [*where, k], optional=k != "path") for k in ("path", "version")}
+    _check_version(ck, out["version"], [*where, "version"], "version")
+    return out
+
+
+def _check_cudnn_search(ck: _Checker, value: Any) -> Optional[Dict[str, Any]]:
+    """cudnn.search: {folders: [{var, dir, path, version, error}], unversioned: {path, version} | null}."""
+    where: List[Key] = ["cudnn", "search"]
+    search = ck.mapping(value, where)
+    if search is None:
+        return None
+    folders = []
+    for i, row in enumerate(ck.seq(search.get("folders"), [*where, "folders"]) or []):
+        at: List[Key] = [*where, "folders", i]
+        m = ck.mapping(row, at, optional=False) or {}
+        folder = {k: ck.text(m.get(k), [*at, k], optional=k != "dir") for k in ("var", "dir", "path", "version", "error")}
+        _check_version(ck, folder["version"], [*at, "version"], "version")
+        folders.append(folder)
+    return {"folders": folders, "unversioned": _check_cudnn_file(ck, search.get("unversioned"), [*where, "unversioned"])}
+
+
+def cudnn_search_doc(search: Optional[CudnnSearch]) -> Optional[Dict[str, Any]]:
+    """The snapshot form of CudnnSearch (cudnn_search_from_doc reads it back)."""
+    if search is None:
+        return None
+
+    def one(f: Optional[CudnnFile]) -> Optional[Dict[str, Optional[str]]]:
+        return None if f is None else {"path": f.path, "version": f.version}
+
+    return {
+        "folders": [
+            {"var": f.var, "dir": f.dir, "path": f.found.path if f.found else None,
+             "version": f.found.version if f.found else None, "error": f.error}
+            for f in search.folders
+        ],
+        "unversioned": one(search.unversioned),
+    }
+
+
+def cudnn_search_from_doc(doc: Any) -> Optional[CudnnSearch]:
+    """CudnnSearch from a (checked) cudnn.search mapping; None when the snapshot has none."""
+    if not isinstance(doc, Mapping):
+        return None
+    folders = tuple(
+        CudnnFolder(
+            var=f.get("var"), dir=str(f.get("dir")),
+            found=CudnnFile(str(f["path"]), f.get("version")) if f.get("path") else None,
+            error=f.get("error"),
+        )
+        for f in doc.get("folders") or () if isinstance(f, Mapping)
+    )
+    un = doc.get("unversioned")
+    return CudnnSearch(
+        folders=folders,
+        unversioned=CudnnFile(str(un["path"]), un.get("version")) if isinstance(un, Mapping) and un.get("path") else None,
+    )
+
+
 CONTRACT_VERDICTS = ("binds", "breaks", "undecided")
 CONTRACT_PAIR_TEXT = ("id", "caller", "caller_version", "callee", "callee_version")
 CONTRACT_SITE_TEXT = ("pair", "kind", "site", "symbol", "reason")
@@ -383,6 +448,8 @@ def validate_snapshot(doc: Any, path: Union[str, Path] = "<snapshot>", text: Opt
         out["imports"] = _check_imports(ck, out["imports"])
     if "contracts" in out:
         out["contracts"] = _check_contracts(ck, out["contracts"])
+    if isinstance(out.get("cudnn"), dict) and "search" in out["cudnn"]:
+        out["cudnn"]["search"] = _check_cudnn_search(ck, out["cudnn"]["search"])
     _check_versions(ck, out)
     return out
 
@@ -488,7 +555,11 @@ def facts_from_snapshot(doc: Mapping[str, Any], source: str = "probe") -> Facts:
     cudnn = _section(CudnnInfo, doc.get("cudnn"))
     if cudnn.version is None:
         cudnn = replace(cudnn, version=cudnn.loaded or torch.cudnn_version or cudnn.installed)
-    cudnn = replace(cudnn, system=_other_system_cudnn(cudnn.system, cudnn.version))
+    cudnn = replace(
+        cudnn,
+        system=_other_system_cudnn(cudnn.system, cudnn.version),
+        search=cudnn_search_from_doc((doc.get("cudnn") or {}).get("search")),
+    )
     env = doc.get("env")
     return Facts(
         packages=frozen_map({str(k): str(v) for k, v in packages.items()})

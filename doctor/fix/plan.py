@@ -814,8 +814,12 @@ def _alt_cost(planner: _Planner, pins: Sequence[Pin]) -> str:
 
 def _with_companions(fix: Fix, ev: _Eval) -> Fix:
     """The fix as it was evaluated: a torch move carries the flash-attn reinstall it needs
-    (_torch_companions), so the alternative shows, and `check` re-checks, the same change."""
+    (_torch_companions), so the alternative shows, and `check` re-checks, the same change; where
+    no flash-attn wheel fits, the planner's note (rebuild it from source) is shown as advice."""
     extra = tuple(p for c in ev.merged.companions for p in c.fix.pins if p not in fix.pins)
+    notes = tuple(n for n in ev.merged.notes if n not in fix.config)
+    if notes:
+        fix = replace(fix, config=fix.config + notes)
     if not extra:
         return fix
     words = "; ".join(c.fix.description for c in ev.merged.companions)

@@ -16,6 +16,7 @@ from doctor import __version__
 from doctor.model import SCHEMA_VERSION
 from doctor.probe import cuda_libs, cudnn, envvars, gpus, hostinfo, packages, torch_build
 from doctor.probe.sources import Sources
+from doctor.snapshot import cudnn_search_doc
 from doctor.probe.targets import IMPORT_DISTS, IMPORTS, PRESENCE_ONLY, TORCH_LOADED_FACTS
 
 if TYPE_CHECKING:  # child and cache are imported only when the child runs (not for --static)
@@ -291,6 +292,7 @@ def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[s
         "bundled_dist": cd.bundled_dist,
         "wheels": [{"dist": w.dist, "version": w.version, "lib_dir": w.lib_dir} for w in libs.cudnn_wheels],
         "system": [{"path": s.path, "version": s.version} for s in libs.cudnn_system],
+        "search": cudnn_search_doc(libs.search),
         "mismatch": cd.mismatch,
     }
     imports = _imports(result, scan, why_not, notes)
@@ -298,6 +300,10 @@ def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[s
     startup = notes.guard("contracts.startup", lambda: _startup(scan), None)
     if contracts is not None and startup is not None and startup[0]:
         contracts["startup_checks"], contracts["startup"] = startup
+    elif startup is not None and startup[0]:
+        # the start-up rows live in the contracts section, which the failed analysis left out:
+        # say so, so that `check` reports the start-up check as not evaluated, with this reason
+        notes.unknown["contracts.startup"] = f"not recorded: the contract analysis failed: {notes.unknown.get('contracts')}"
     if contracts is not None:
         notes.provenance["contracts"] = (
             f"static analysis of the installed sources ({contracts.pop('parsed_files')} file(s) parsed, "

@@ -7,6 +7,7 @@ is a child-process fact (doctor/probe/child.py).
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
+from doctor.model import CudnnFile, CudnnFolder, CudnnSearch
 from doctor.probe.packages import Dist, PackageScan
 from doctor.probe.sources import LDCONFIG_TIMEOUT_S, Sources
 
@@ -46,6 +48,7 @@ class CudaLibs:
     runtime_source: Optional[str]
     runtime_wheels: Mapping[str, str]
     notes: Tuple[Tuple[str, str], ...]  # (fact path, why it is unknown)
+    search: Optional[CudnnSearch] = None  # TransformerEngine's own cuDNN search (None: not probed)
 
 
 def cudnn_release(version: Optional[str]) -> Optional[str]:
@@ -127,7 +130,8 @@ def _wheel_lib_dir(dist: Dist, cuda_major: str, lib_prefix: str, folder: str) ->
     return None
 
 
-def _ldconfig_paths(src: Sources, prefix: str) -> Tuple[List[str], Optional[str]]:
+def _ldconfig_paths(src: Sources, prefix: str) -> Tuple[List[Tuple[str, str]], Optional[str]]:
+    """(name, path) of each `ldconfig -p` entry named `prefix` or `prefix`.N..., in cache order."""
     if not src.use_ldconfig:
         return [], None
     exe = src.find_program("ldconfig") or ("/sbin/ldconfig" if os.path.exists("/sbin/ldconfig") else None)
@@ -142,7 +146,7 @@ def _ldconfig_paths(src: Sources, prefix: str) -> Tuple[List[str], Optional[str]
         name, _, target = line.partition("=>")
         name = name.strip().split(" ", 1)[0]
         if name == prefix or name.startswith(prefix + "."):
-            paths.append(target.strip())
+            paths.append((name, target.strip()))
     return paths, None
 
 
@@ -168,15 +172,93 @@ def _system_cudnn(
         if real in seen or os.path.dirname(real) in wheel_dirs or not os.path.exists(real):
             continue
         seen.add(real)
-        version = _file_version(path)
-        source = os.path.basename(real)
-        if version is None or version.count(".") < 2:
-            inc = os.path.join(os.path.dirname(os.path.dirname(real)), "include")
-            hdr = _headers_in([inc, *src.system_include_dirs])
-            if hdr and (version is None or hdr[0].split(".")[0] == version.split(".")[0]):
-                version, source = hdr
+        version, source = _lib_version(src, path)
         found.append(SystemCudnn(path=path, version=version, source=source))
     return tuple(found)
+
+
+def _lib_version(src: Sources, path: str) -> Tuple[Optional[str], str]:
+    """The cuDNN release of a libcudnn file: its (resolved) file name, else the cudnn_version.h
+    beside its lib folder or in the system include folders; and where that came from."""
+    real = os.path.realpath(path)
+    version = _file_version(path)
+    source = os.path.basename(real)
+    if version is None or version.count(".") < 2:
+        inc = os.path.join(os.path.dirname(os.path.dirname(real)), "include")
+        hdr = _headers_in([inc, *src.system_include_dirs])
+        if hdr and (version is None or hdr[0].split(".")[0] == version.split(".")[0]):
+            version, source = hdr
+    return version, source
+
+
+# TransformerEngine's cuDNN search (transformer_engine/common/__init__.py: 2.4-2.10 `_load_cudnn`,
+# 2.11+ `_load_cuda_library_from_system`): each folder is globbed with `{dir}/**/libcudnn.so*`
+# (recursive, following links, hidden names skipped), sorted by file name, highest first; 2.11+
+# drops paths containing "stub". The walk stops after WALK_LIMIT entries (CUDA_HOME=/ would walk
+# the disk): that folder is then unknown.
+TE_SEARCH_VARS = ("CUDNN_HOME", "CUDNN_PATH", "CUDA_HOME", "CUDA_PATH")
+WALK_LIMIT = 50_000
+
+
+def _glob_first(root: str) -> Tuple[Optional[str], Optional[str]]:
+    """The file TE's glob of `root` takes first, and why the walk did not finish (or None)."""
+    hits: List[str] = []
+    seen: Set[str] = set()
+    visited = 0
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        real = os.path.realpath(folder)
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for e in entries:
+            visited += 1
+            if visited > WALK_LIMIT:
+                return None, f"more than {WALK_LIMIT} entries under {root}: not searched to the end"
+            if e.name.startswith("."):
+                continue
+            if fnmatch.fnmatchcase(e.name, "libcudnn.so*") and "stub" not in e.path:
+                hits.append(e.path)
+            try:
+                if e.is_dir():  # follows links, as glob's ** does
+                    stack.append(e.path)
+            except OSError:
+                pass
+    hits.sort(reverse=True, key=os.path.basename)
+    return (hits[0] if hits else None), None
+
+
+def _unversioned(src: Sources, ld_entries: Sequence[Tuple[str, str]]) -> Optional[CudnnFile]:
+    """The file `dlopen("libcudnn.so")` loads: LD_LIBRARY_PATH, then ld.so.cache, then the
+    loader's built-in folders. Only the unversioned name counts: a runtime-only cuDNN
+    (libcudnn.so.9, no -dev link) is not found by it."""
+    candidates = [os.path.join(d, "libcudnn.so") for d in src.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
+    candidates += [target for name, target in ld_entries if name == "libcudnn.so"]
+    candidates += [os.path.join(d, "libcudnn.so") for d in src.loader_default_dirs]
+    for path in candidates:
+        if os.path.isfile(path):
+            return CudnnFile(path=path, version=_lib_version(src, path)[0])
+    return None
+
+
+def te_search(src: Sources, ld_entries: Sequence[Tuple[str, str]]) -> CudnnSearch:
+    """The folders TransformerEngine globs for cuDNN (those whose variable is set, and
+    /usr/local/cuda) with the file each would give, and the unversioned libcudnn.so on the
+    loader path. An empty variable is taken as unset (TE 2.11+ would glob from /)."""
+    named = [(var, src.environ.get(var)) for var in TE_SEARCH_VARS]
+    dirs: List[Tuple[Optional[str], str]] = [(var, d) for var, d in named if d]
+    dirs.append((None, src.cuda_default_dir))
+    folders = []
+    for var, d in dirs:
+        path, error = _glob_first(d)
+        found = CudnnFile(path=path, version=_lib_version(src, path)[0]) if path else None
+        folders.append(CudnnFolder(var=var, dir=d, found=found, error=error))
+    return CudnnSearch(folders=tuple(folders), unversioned=_unversioned(src, ld_entries))
 
 
 def _runtime(
@@ -219,10 +301,12 @@ def probe(scan: PackageScan, src: Sources) -> CudaLibs:
             d = _wheel_lib_dir(dist, major, "libcudart.so", "cuda_runtime")
             if d:
                 cudart_dirs.append(d)
-    ld_paths, ld_problem = _ldconfig_paths(src, "libcudnn.so")
+    ld_entries, ld_problem = _ldconfig_paths(src, "libcudnn.so")
     if ld_problem:
         notes.append(("cudnn.system", f"{ld_problem}; searched only the usual folders"))
-    system = _system_cudnn(src, wheel_dirs, ld_paths)
+        notes.append(("cudnn.search", f"{ld_problem}; the unversioned libcudnn.so was looked for only in the usual folders"))
+    system = _system_cudnn(src, wheel_dirs, [target for _, target in ld_entries])
+    search = te_search(src, ld_entries)
     runtime, runtime_source = _runtime(scan, src, cudart_dirs)
     if runtime is None:
         notes.append(("cuda.runtime", "no CUDA runtime wheel or libcudart found"))
@@ -235,6 +319,7 @@ def probe(scan: PackageScan, src: Sources) -> CudaLibs:
     return CudaLibs(
         cudnn_wheels=tuple(wheels),
         cudnn_system=system,
+        search=search,
         runtime=runtime,
         runtime_source=runtime_source,
         runtime_wheels=runtime_wheels,

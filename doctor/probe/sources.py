@@ -153,6 +153,10 @@ class Sources:
     system_lib_dirs: Sequence[str] = SYSTEM_LIB_DIRS
     system_include_dirs: Sequence[str] = SYSTEM_INCLUDE_DIRS
     use_ldconfig: bool = True
+    # TransformerEngine's last folder to glob for cuDNN, and the dynamic loader's built-in folders
+    # (after LD_LIBRARY_PATH and ld.so.cache) for `dlopen("libcudnn.so")`
+    cuda_default_dir: str = "/usr/local/cuda"
+    loader_default_dirs: Sequence[str] = ("/lib64", "/usr/lib64", "/lib", "/usr/lib")
     cache_dir: Optional[Path] = None  # None: no cache of loaded facts (see Sources.system)
 
     @classmethod

@@ -198,6 +198,59 @@ def parse_requirement(text: str) -> Optional[Tuple[str, Tuple[Tuple[str, str], .
     return normalize(m.group(1)), tuple(by_op.items())
 
 
+# require_version's own parse, kept verbatim (transformers 4.46.0 and 5.23.0 utils/versions.py are
+# the same here): a name of word characters alone is a bare requirement; else a name up to the
+# first operator character or space, then clauses split at ",", each 1-2 characters of
+# `!=<>` or whitespace as its operator (so "transformers >=4.41" has the operator " >" and raises
+# ValueError), the rest its version; packaging's Version then refuses a wildcard ("4.*":
+# InvalidVersion, a ValueError) when that clause is compared.
+_RV_BARE = re.compile(r"^[\w_\-\d]+$")
+_RV_REQ = re.compile(r"^([^!=<>\s]+)([\s!=<>]{1,2}.+)")
+_RV_CLAUSE = re.compile(r"^([\s!=<>]{1,2})(.+)")
+RV_OPS = ("<", "<=", "==", "!=", ">=", ">")
+
+
+def require_version_error(requirement: str, installed: Optional[str]) -> Optional[str]:
+    """What transformers' require_version(requirement) raises with `installed` the version of the
+    distribution it names (None: not installed): "ValueError: ...", "InvalidVersion: ...",
+    "PackageNotFoundError" or "ImportError"; None when it returns. The interpreter ("python")
+    is the caller's business."""
+    from packaging.version import InvalidVersion, Version
+
+    if _RV_BARE.match(requirement):
+        return None if installed is not None else "PackageNotFoundError"
+    m = _RV_REQ.match(requirement)
+    fmt = ("ValueError: requirement needs to be in the pip package format, .e.g., package_a==1.23, or "
+           f"package_b>=1.23, but got {requirement}")
+    if not m:
+        return fmt
+    wanted: Dict[str, str] = {}
+    for part in m.group(2).split(","):
+        c = _RV_CLAUSE.match(part)
+        if not c:
+            return fmt
+        wanted[c.group(1)] = c.group(2)
+        if c.group(1) not in RV_OPS:
+            return f"ValueError: {requirement}: need one of {list(RV_OPS)}, but got {c.group(1)}"
+    if installed is None:
+        return "PackageNotFoundError"
+    for op, want in wanted.items():
+        try:
+            got, need = Version(installed), Version(want)
+        except InvalidVersion as exc:
+            return f"InvalidVersion: {exc}"
+        if not {"<": got < need, "<=": got <= need, "==": got == need, "!=": got != need,
+                ">=": got >= need, ">": got > need}[op]:
+            return "ImportError"
+    return None
+
+
+def require_version_name(requirement: str) -> str:
+    """The distribution name require_version looks up (the whole string for a bare name)."""
+    m = _RV_REQ.match(requirement)
+    return requirement if _RV_BARE.match(requirement) or not m else m.group(1)
+
+
 def satisfied(installed: str, clauses: Sequence[Tuple[str, str]]) -> Optional[bool]:
     """require_version's test; None when a version does not parse."""
     from packaging.version import InvalidVersion, Version

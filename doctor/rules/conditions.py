@@ -22,7 +22,10 @@ from doctor.model import (
     WORKLOAD_UNKNOWN_WHEN_NONE,
     BackendStatus,
     CudaInfo,
+    CudnnFile,
+    CudnnFolder,
     CudnnInfo,
+    CudnnSearch,
     Facts,
     TorchInfo,
     Workload,
@@ -51,9 +54,9 @@ def _unknown(path: str, facts: Facts, default: str) -> Value:
 FACT_PATHS = frozenset(
     [f"torch.{f.name}" for f in fields(TorchInfo)]
     + [f"cuda.{f.name}" for f in fields(CudaInfo)]
-    + [f"cudnn.{f.name}" for f in fields(CudnnInfo)]
+    + [f"cudnn.{f.name}" for f in fields(CudnnInfo) if f.name != "search"]  # search: read by te.cudnn_*
     + ["cudnn.installed_is_bundled", "cudnn.loaded_incompatible", "cuda.driver_behind", "torch.arch_runs_gpu"]
-    + ["te.fp8_recipe", "te.fp8_attention"]
+    + ["te.fp8_recipe", "te.fp8_attention", "te.cudnn_first_2_4", "te.cudnn_first_2_11", "te.cudnn_file"]
     + ["gpu.sm", "gpu.sm_max", "gpu.name", "gpu.count", "gpu.memory_mib", "python.version", "python.implementation"]
     + [f"workload.{f.name}" for f in fields(Workload) if f.name not in ("source", "defaulted", "context_parallel")]
     + [f"workload.{name}" for name in WORKLOAD_DERIVED]
@@ -136,6 +139,91 @@ def te_dpa_fp8_recipe(te: str, sm: Optional[int], stated: Optional[str], framewo
     return recipe
 
 
+NOT_SEARCHED = (
+    "not probed: the snapshot does not record TransformerEngine's own cuDNN search (cudnn.search; "
+    "snapshots from attn-doctor before it); re-create it with `attn-doctor probe --format json`"
+)
+
+
+def te_cudnn_first(te: Tuple[int, ...], search: CudnnSearch, env: Mapping[str, str]) -> Tuple[Optional[CudnnFile], str]:
+    """The libcudnn TransformerEngine release `te` loads before looking at the Python wheels,
+    with how it got there; (None, "") when it reaches the wheels. Raises LookupError (why) where
+    the probe did not search what this environment names. transformer_engine/common/__init__.py:
+    up to 2.3 the wheel comes first; 2.4-2.10 `_load_cudnn` globs CUDNN_HOME or else CUDNN_PATH,
+    then one of CUDA_HOME, CUDA_PATH, /usr/local/cuda (the first set), then the wheel; 2.11+
+    `_load_cuda_library_from_system` globs each of CUDNN_HOME, CUDNN_PATH, CUDA_HOME, CUDA_PATH,
+    /usr/local/cuda, then calls dlopen("libcudnn.so"), and only then the wheels."""
+    if te < (2, 4):
+        return None, ""
+
+    def folder(var: Optional[str]) -> Optional[CudnnFolder]:
+        want = env.get(var) if var else None
+        if var and not want:
+            return None
+        for f in search.folders:
+            # the snapshot's env is redacted (a random-looking path segment becomes <redacted>)
+            if f.var == var and (var is None or f.dir == want or "<redacted>" in str(want)):
+                if f.error:
+                    raise LookupError(f.error)
+                return f
+        if var is None:
+            raise LookupError("the probe did not search /usr/local/cuda")
+        raise LookupError(f"the probe did not search {var}={want} (it was not set, or set otherwise, when the snapshot was taken)")
+
+    if te < (2, 11):
+        first_cudnn = "CUDNN_HOME" if env.get("CUDNN_HOME") else "CUDNN_PATH"
+        first_cuda = next((v for v in ("CUDA_HOME", "CUDA_PATH") if env.get(v)), None)
+        order: Tuple[Optional[str], ...] = (first_cudnn, first_cuda)
+    else:
+        order = ("CUDNN_HOME", "CUDNN_PATH", "CUDA_HOME", "CUDA_PATH", None)
+    for var in order:
+        f = folder(var)
+        if f is not None and f.found is not None:
+            return f.found, f"in {var or '/usr/local/cuda'}"
+    if te >= (2, 11) and search.unversioned is not None:
+        return search.unversioned, 'dlopen("libcudnn.so")'
+    return None, ""
+
+
+def _te_cudnn(path: str, facts: Facts) -> Value:
+    """te.cudnn_first_2_4 / te.cudnn_first_2_11: what the cuDNN search of TE 2.4-2.10 / 2.11+
+    loads before the Python wheels on this machine: "wheel" (nothing: the wheel's libraries,
+    all of them loaded by path), "other" (a cuDNN of another version than the effective one),
+    "same" (the same version, but one file loaded by path, whose sub-libraries then come by name
+    from the loader path). te.cudnn_file: that file for the installed TE, for messages."""
+    if path == "te.cudnn_file":
+        if facts.packages is None:
+            return _unknown(path, facts, "installed packages were not probed")
+        te = installed_te(facts.packages)
+        rel = release(te) if te is not None else None
+        if rel is None:
+            return Value(True, None)
+        family = rel.release
+    else:
+        family = (2, 11) if path.endswith("2_11") else (2, 4)
+    search = facts.cudnn.search
+    if search is None:
+        return _unknown("cudnn.search", facts, NOT_SEARCHED)
+    if facts.env is None:
+        return _unknown("env", facts, "environment variables were not probed")
+    try:
+        found, how = te_cudnn_first(family, search, facts.env)
+    except LookupError as exc:
+        return _unknown("cudnn.search", facts, str(exc))
+    if found is None and family >= (2, 11) and "cudnn.search" in facts.unknown:
+        return _unknown("cudnn.search", facts, "not probed")  # ld.so.cache could not be read
+    if path == "te.cudnn_file":
+        return Value(True, "" if found is None else f"{found.path} ({how}, cuDNN {found.version or 'of unknown version'})")
+    if found is None:
+        return Value(True, "wheel")
+    if found.version is None or facts.cudnn.version is None:
+        return _unknown("cudnn.search", facts, f"the version of {found.path} or of torch's cuDNN is not known")
+    mine, torch_s = found.version.split(".")[:3], facts.cudnn.version.split(".")[:3]
+    if len(mine) < 3 and mine == torch_s[: len(mine)]:
+        return _unknown("cudnn.search", facts, f"{found.path} names only cuDNN {found.version}, torch's is {facts.cudnn.version}")
+    return Value(True, "same" if mine == torch_s else "other")
+
+
 def resolve(path: str, facts: Facts, workload: Workload) -> Value:
     """The value of a named fact, or unknown with the reason."""
     head, _, rest = path.partition(".")
@@ -212,6 +300,8 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
         if facts.env is None:
             return _unknown("env.NVTE_DPA_FP8_RECIPE", facts, "environment variables were not probed")
         return Value(True, not te_dpa_f16(rel.release, facts.env.get("NVTE_DPA_FP8_RECIPE")))
+    if path in ("te.cudnn_first_2_4", "te.cudnn_first_2_11", "te.cudnn_file"):
+        return _te_cudnn(path, facts)
     if path == "te.fp8_recipe":
         if facts.packages is None:
             return _unknown(path, facts, "installed packages were not probed")

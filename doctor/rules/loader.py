@@ -665,7 +665,10 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
     fingerprint = None
     if use_cache:
         try:
-            fingerprint = _fingerprint(files)
+            # the rules are checked against rules/startup/ too (a `startup.<id>` fact must name a
+            # check it ships): a changed start-up file must load and check them again
+            startup = sorted((rules_dir() / "startup").glob("*.yaml"))
+            fingerprint = _fingerprint([*files, *startup])
             seen = _LOADED.get(fingerprint)
             if seen is not None:
                 # same files, same sizes and times: this process read them already (even if the

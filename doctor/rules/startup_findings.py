@@ -25,29 +25,36 @@ def rule_id(check_id: str) -> str:
     return PREFIX + check_id.upper()
 
 
-Unmet = Tuple[Mapping[str, Any], Optional[str], Tuple[Tuple[str, str], ...]]
+# (row, installed version or None, the clauses shown (the display-safe parse; () when the string is
+# not a plain name and versions), what require_version raises: doctor.probe.startup.require_version_error)
+Unmet = Tuple[Mapping[str, Any], Optional[str], Tuple[Tuple[str, str], ...], str]
 
 
 def _unmet(rows: Sequence[Mapping[str, Any]], packages: Mapping[str, str], env: Mapping[str, str], check: Any,
            values: Optional[Sequence[str]] = None) -> List[Unmet]:
-    """(row, installed version or None, clauses tested) for each requirement that raises."""
-    from doctor.probe.startup import parse_requirement, satisfied, skipped
+    """Each requirement that makes require_version raise, judged as require_version judges it."""
+    from doctor.probe.packages import normalize
+    from doctor.probe.startup import parse_requirement, require_version_error, require_version_name, skipped
 
     skip = skipped(check, env, values)
     out: List[Unmet] = []
     for row in rows:
         if skip and not row.get("mandatory"):
             continue
-        parsed = parse_requirement(str(row["requirement"]))
-        if parsed is None or parsed[0] == "python":
-            continue  # a shape require_version refuses itself, or the interpreter: not judged here
-        name, clauses = parsed
+        req = str(row["requirement"])
+        name = normalize(require_version_name(req))
         got = packages.get(name)
-        if got is None:
-            out.append((row, None, clauses))
-        elif clauses and satisfied(got, clauses) is False:
-            out.append((row, got, clauses))
+        error = require_version_error(req, got)
+        if error is None or (name == "python" and not error.startswith("ValueError")):
+            continue  # met; or the interpreter, which require_version compares itself: not judged here
+        parsed = parse_requirement(req)
+        out.append((row, got, parsed[1] if parsed else (), error))
     return out
+
+
+def _unparsable(error: str) -> bool:
+    """require_version stops on the requirement itself: no installed version passes it."""
+    return error.startswith(("ValueError", "InvalidVersion"))
 
 
 def _newest(name: str, clauses: Tuple[Tuple[str, str], ...]) -> Optional[str]:
@@ -77,15 +84,22 @@ def startup_findings(facts: Facts, checks: Sequence[Any], cat: Any = None, workl
     """(findings, rule results) for the start-up checks recorded in `facts` (see the module doc).
     With the catalogue, workload and diagnosis given, fixes that bring up a new error are dropped
     and new warnings are named."""
-    section = facts.contracts
-    if not isinstance(section, Mapping):
-        return (), ()
+    section = facts.contracts if isinstance(facts.contracts, Mapping) else {}
     by_id = {c.id: c for c in checks}
     packages = facts.packages or {}
     env = facts.env or {}
     rows = [r for r in section.get("startup") or () if isinstance(r, Mapping)]
     findings: List[Finding] = []
     results: List[Tuple[str, str]] = []
+    why = facts.unknown.get("contracts.startup") or (facts.unknown.get("contracts") if not section else None)
+    read_ids = {str(r.get("check")) for r in section.get("startup_checks") or () if isinstance(r, Mapping)}
+    for check in checks if why else ():
+        # the probe failed before the start-up rows reached the snapshot: not evaluated, and why
+        if check.id not in read_ids and packages.get(check.dist):
+            rid = rule_id(check.id)
+            findings.append(Finding(rid, Severity.WARNING, f"{check.name} {packages[check.dist]}: its start-up check was not evaluated",
+                                    str(why), "not_evaluated", (), check.sources, (f"contracts.startup.{check.id}",), check.dist))
+            results.append((rid, "not_evaluated"))
     for read in section.get("startup_checks") or ():
         if not isinstance(read, Mapping):
             continue
@@ -115,10 +129,13 @@ def startup_findings(facts: Facts, checks: Sequence[Any], cat: Any = None, workl
             results.append((rid, "passed"))
             continue
         lines = []
-        for row, got, clauses in unmet:
+        for row, got, clauses, error in unmet:
             req = str(row["requirement"])
             tested = ",".join(op + v for op, v in clauses)
-            if got is None:
+            if _unparsable(error):
+                what = f"require_version cannot read it and raises {error}"
+                clauses = ()
+            elif got is None:
                 what = (f"{_name(req)} is not installed: PackageNotFoundError \"The '{req}' distribution was not "
                         f"found and is required by this application.\"")
             else:
@@ -127,9 +144,11 @@ def startup_findings(facts: Facts, checks: Sequence[Any], cat: Any = None, workl
             spec = req[len(req) - len(req.lstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")):].replace(" ", "")
             shown = f"; only {tested} is tested" if clauses and spec != tested else ""
             lines.append(f"\n  - {req} ({row['site']}{shown}): {what}")
-        skippable = check.skip_env is not None and not any(r.get("mandatory") for r, _, _ in unmet)
+        skippable = check.skip_env is not None and not any(r.get("mandatory") for r, _, _, _ in unmet)
         title = f"{name} {version} refuses to start: its start-up check rejects " + ", ".join(
-            f"{_name(str(r['requirement']))} {g}" if g else f"a missing {_name(str(r['requirement']))}" for r, g, _ in unmet)
+            f"the requirement {str(r['requirement'])!r}" if _unparsable(e)
+            else f"{_name(str(r['requirement']))} {g}" if g else f"a missing {_name(str(r['requirement']))}"
+            for r, g, _, e in unmet)
         message = (
             f"Read from the installed code: {name} {version} checks its dependencies {check.runs} "
             f"({check.function} in {read.get('file')}), and these requirements fail:" + "".join(lines)
@@ -153,7 +172,11 @@ def _name(requirement: str) -> str:
 def _fixes(check: Any, name: str, version: str, unmet: Sequence[Unmet], skippable: bool) -> List[Fix]:
     pins: List[Pin] = []
     advice: List[str] = []
-    for row, _, clauses in unmet:
+    from doctor.probe.startup import parse_requirement
+
+    for row, _, clauses, error in unmet:
+        if _unparsable(error) or parse_requirement(str(row["requirement"])) is None:
+            continue  # no version passes it (only skipping the check does), or not shown as a command
         dep = _name(str(row["requirement"]))
         newest = _newest(dep, clauses)
         if newest is not None:

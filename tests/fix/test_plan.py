@@ -171,3 +171,21 @@ def test_the_same_inputs_are_planned_once_per_process(cat, rel) -> None:  # type
     for _ in range(planner._PLANS_MAX + 2):  # the memo stays small
         plan_fixes(rel, cat, facts, replace(workload, seq_len_q=workload.seq_len_q + _ + 1))
     assert len(planner._PLANS) <= planner._PLANS_MAX
+
+
+def test_an_alternative_that_moves_torch_past_every_flash_attn_wheel_says_to_rebuild_it(tmp_path: Path, rel) -> None:  # type: ignore[no-untyped-def]
+    """The planner notes that no flash-attn release has a wheel for the new torch; an alternative
+    (not the plan) with that torch move shows the note as advice instead of dropping it."""
+    cat = _catalogue(
+        tmp_path,
+        HEAD
+        + _rule("OLD-CUDNN", '{all: [{fact: cudnn.version, lt: "9.5"}, {env: X_OFF, is_set: false}]}',
+                '[{description: switch it off, env: {X_OFF: "1"}}, {description: move torch, pins: ["torch==2.9.1"]}]',
+                '{packages: {torch: "2.4.1"}, cudnn: {version: "9.1.0"}}', '{packages: {torch: "2.7.1"}, cudnn: {version: "9.5.1"}}'),
+    )
+    facts, workload = case_inputs({"packages": {"torch": "2.4.1", "flash-attn": "2.6.3"}, "torch": {"version": "2.4.1", "cuda": "12.1", "cxx11_abi": False},
+                                   "cudnn": {"version": "9.1.0"}, "python": {"version": "3.10.14"}})
+    plan = plan_fixes(rel, cat, facts, workload)
+    assert plan.pins == ()  # the environment switch is the plan
+    (alt,) = [a for a in plan.alternatives if pins(a.fix) == ("torch==2.9.1",)]
+    assert alt.fix.config == ("no flash-attn release has a prebuilt wheel for torch 2.9: rebuild flash-attn 2.6.3 from source after moving torch",)

@@ -246,6 +246,8 @@ def sources(site: Path, **changes: Any) -> Sources:
         system_include_dirs=(),
         use_ldconfig=False,
         cache_dir=None,
+        cuda_default_dir=str(site / "no-usr-local-cuda"),
+        loader_default_dirs=(),
     )
     base.update(changes)
     return Sources(**base)

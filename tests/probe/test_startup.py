@@ -270,7 +270,12 @@ def test_a_requirement_that_is_not_a_name_and_versions_is_never_shown_as_a_comma
     from doctor.workload import default_workload
 
     report = check(Inputs(facts=facts_from_snapshot(load_snapshot(path)), workload=default_workload(), catalogue=load_catalogue()))
-    assert _finding(report) is None and (RULE, "passed") in report.rule_results
+    # require_version looks the whole name part up, finds no such distribution and raises: the
+    # check fails (not "passed"), but nothing of the string becomes an install line
+    f = _finding(report)
+    assert f is not None and f.status == "fired" and "PackageNotFoundError" in f.message
+    assert all("touch" not in c and "touch" not in p.name for fix in f.fixes for c in fix.config for p in fix.pins)
+    assert [fix.env for fix in f.fixes] == [{"DISABLE_VERSION_CHECK": "1"}]
 
 
 def test_an_assumed_release_is_not_judged_by_the_installed_file(lf092: Path, tmp_path: Path) -> None:
@@ -287,3 +292,79 @@ def test_an_assumed_release_is_not_judged_by_the_installed_file(lf092: Path, tmp
     assert not startup_read(report.facts, "llamafactory-dependencies")  # so the 0.9.3 table is not silenced
     doc["packages"]["llamafactory"] = "0.9.2"
     assert startup_read(_check(doc, tmp_path).facts, "llamafactory-dependencies")
+
+
+def test_a_failed_contract_analysis_leaves_the_start_up_check_not_evaluated_with_why(
+        lf092: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start-up rows travel in the contracts section; when the contract analysis fails the
+    read cannot be kept, and the user sees one line saying the check was not evaluated and why
+    (before: no STARTUP row at all, as if there were nothing to check)."""
+    import sys
+
+    collect_module = sys.modules["doctor.probe.collect"]
+
+    def broken(scan: Any, src: Any) -> Any:
+        raise RuntimeError("a contracts bug")
+
+    monkeypatch.setattr(collect_module, "_contracts", broken)
+    _dist(lf092, "transformers", "4.50.0")
+    doc = _probe(lf092)
+    assert doc["contracts"] is None
+    report = _check(doc, tmp_path)
+    f = _finding(report)
+    assert f is not None and f.status == "not_evaluated" and "\n" not in f.message
+    assert f.title == "LLaMA-Factory 0.9.2: its start-up check was not evaluated"
+    assert "the contract analysis failed" in f.message and "a contracts bug" in f.message
+    assert (RULE, "not_evaluated") in report.rule_results
+
+
+def test_require_version_mirror_matches_the_real_function() -> None:
+    """Each requirement form judged as transformers' require_version judges it: the recorded
+    outcomes come from running the real function (utils/versions.py of the 4.46.0 and 5.23.0
+    wheels) on CPU. A space before an operator and a `==4.*` wildcard raise there."""
+    from doctor.probe.startup import require_version_error, require_version_name
+
+    data = json.loads((Path(__file__).parent / "data" / "require_version_transformers.json").read_text())
+    installed = data["installed"]
+    for requirement, real in data["cases"]:
+        mine = require_version_error(requirement, installed.get(require_version_name(requirement)))
+        if real is None:
+            assert mine is None, requirement
+            continue
+        kind, message = real
+        assert mine is not None and mine.split(":", 1)[0] == kind, (requirement, mine, real)
+        if kind in ("ValueError", "InvalidVersion"):
+            assert mine == f"{kind}: {message}", requirement
+
+
+def _startup_snapshot(requirement: str, transformers: str = "4.46.0") -> Dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "packages": {"llamafactory": "0.9.2", "transformers": transformers},
+        "env": {},
+        "contracts": {
+            "analyser": "0.1.0", "pairs": [], "sites": [],
+            "startup_checks": [{"check": "llamafactory-dependencies", "dist": "llamafactory", "version": "0.9.2",
+                                "file": "llamafactory/extras/misc.py", "status": "read"}],
+            "startup": [{"check": "llamafactory-dependencies", "site": "llamafactory/extras/misc.py:97",
+                         "requirement": requirement, "mandatory": False}],
+        },
+    }
+
+
+@pytest.mark.parametrize("requirement, raised", [
+    ("transformers >=4.41.2", "ValueError"),  # the operator is " >"
+    ("transformers>=4.41.2, <=4.49.0", "ValueError"),
+    ("transformers==4.*", "InvalidVersion"),
+])
+def test_a_requirement_require_version_refuses_stops_the_start(requirement: str, raised: str, tmp_path: Path) -> None:
+    f = _finding(_check(_startup_snapshot(requirement), tmp_path))
+    assert f is not None and f.status == "fired", requirement
+    assert f"raises {raised}" in f.message and repr(requirement) in f.title
+    # no release passes it: only skipping the check helps
+    assert [fix.env for fix in f.fixes] == [{"DISABLE_VERSION_CHECK": "1"}]
+
+
+def test_a_space_after_the_operator_is_read_as_require_version_reads_it(tmp_path: Path) -> None:
+    report = _check(_startup_snapshot("transformers>= 4.41.2"), tmp_path)
+    assert _finding(report) is None and (RULE, "passed") in report.rule_results

@@ -262,3 +262,32 @@ def test_one_package_has_one_coverage_floor(tmp_path: Path) -> None:
     with pytest.raises(RuleError) as exc:
         load(tmp_path, "frameworks:" + fw("fwa", "1.9") + fw("fwb", "2.0"))
     assert "covers transformer-engine from 2.0, but fwa from 1.9" in str(exc.value)
+
+
+def test_a_changed_start_up_file_invalidates_the_cached_catalogue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule naming `startup.<id>` is checked against rules/startup/ when the catalogue is
+    built; once the start-up file no longer ships that id, the cached catalogue (in this process
+    and on disk) must not be reused: the rule is refused as it would be without a cache."""
+    import shutil
+
+    from doctor import resources
+    from doctor.rules import conditions
+
+    real_startup = resources.rules_dir() / "startup"
+    data = tmp_path / "data"
+    shutil.copytree(real_startup, data / "startup")
+    monkeypatch.setattr(resources, "rules_dir", lambda: data)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    conditions._startup_ids.cache_clear()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "r.yaml").write_text(GOOD.replace("{package: torch, version", "{fact: startup.llamafactory-dependencies, eq: false, version"))
+    try:
+        assert load_catalogue([mine], builtin=False).rule("MY-RULE") is not None
+        yaml_file = data / "startup" / "llamafactory.yaml"
+        yaml_file.write_text(yaml_file.read_text().replace("id: llamafactory-dependencies", "id: llamafactory-deps"))
+        conditions._startup_ids.cache_clear()
+        with pytest.raises(RuleError, match="unknown fact 'startup.llamafactory-dependencies'"):
+            load_catalogue([mine], builtin=False)
+    finally:
+        conditions._startup_ids.cache_clear()
