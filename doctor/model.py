@@ -440,6 +440,17 @@ class Workload:
         size = self.context_parallel.size
         return self.seq_len_q % size == 0 and self.seq_len_kv % size == 0
 
+    @property
+    def cp_chunk_len_q(self) -> int:
+        """The query chunk of TE's load-balanced context parallelism: the sequence cut into
+        2 x cp_size chunks (its all_gather steps run max_seqlen_q // (2 * cp_size) queries)."""
+        return self.seq_len_q // (2 * max(self.context_parallel.size, 1))
+
+    @property
+    def cp_chunk_len_kv(self) -> int:
+        """The key/value chunk of the same split; each all_gather step takes a whole number of them."""
+        return self.seq_len_kv // (2 * max(self.context_parallel.size, 1))
+
 
 WORKLOAD_DERIVED = (
     "mla",
@@ -466,6 +477,8 @@ WORKLOAD_DERIVED = (
     "cp_kv_heads_repeatable",
     "cp_local_heads_divisible",
     "cp_seq_divisible",
+    "cp_chunk_len_q",
+    "cp_chunk_len_kv",
 )
 # workload fields whose None means "not known" rather than a value a rule can compare with:
 # a rule that reads one is then not evaluated (the others' None means "not stated", a value)

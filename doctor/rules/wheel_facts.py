@@ -4,6 +4,7 @@ whether that wheel is one known not to import. They let rules judge a static sna
 import was tried, the C++ ABI not probed) from the catalogue alone.
 
     wheels.flash-attn.wheel         True / False: a prebuilt wheel exists for this environment
+                                    (unknown for a release the catalogue has no matrix for)
     wheels.flash-attn.needs_build   no wheel, and the compiled extension is not known to import
                                     (so `pip install` compiles it: an hour or more)
     wheels.flash-attn.broken_wheel  the wheel for this environment is listed as broken and the
@@ -74,6 +75,10 @@ def resolve_wheel_fact(name: str, facts: Facts) -> "tuple[bool, Any, str]":
         notes = [n.split("; no prebuilt wheel:")[0] for n in choice.notes if not n.startswith("install with --no-deps")]
         return True, "; ".join(notes) or "a prebuilt wheel exists", ""
     if name == "wheel":
+        if version not in rel.flash_attn_wheels:
+            # a release the catalogue has no build matrix for (one newer than it): whether a
+            # wheel exists is not known, not "none"
+            return False, None, f"flash-attn {version} is not in the wheel catalogue"
         return True, choice.available, ""
     if name == "needs_build":
         if version not in rel.flash_attn_wheels:

@@ -38,3 +38,12 @@ def test_the_facts_are_readable_by_rules() -> None:
     for name in ("cp_heads_divisible", "cp_kv_heads_divisible", "cp_kv_heads_repeatable",
                  "cp_local_heads_divisible", "cp_seq_divisible", "cp_one_head_per_rank"):
         assert name in WORKLOAD_DERIVED
+
+
+def test_te_load_balanced_chunk_lengths() -> None:
+    # TE splits the sequence into 2 x cp_size chunks; its all_gather steps run one query chunk
+    # against a whole number of key/value chunks (cuDNN 9.3-9.6 want them multiples of 64)
+    assert _wl(32, 8, 2, seq=4096).cp_chunk_len_q == 1024
+    assert _wl(32, 8, 2, seq=4000).cp_chunk_len_kv == 1000
+    assert _wl(32, 8, 8, seq=4096).cp_chunk_len_q == 256
+    assert "cp_chunk_len_q" in WORKLOAD_DERIVED and "cp_chunk_len_kv" in WORKLOAD_DERIVED

@@ -54,3 +54,21 @@ def test_torch_2_6_cu126_is_new_abi():
     assert wheel_target(_facts_torch("2.6.0", "12.4")).cxx11_abi is False
     assert resolve_wheel_fact("broken_wheel", _facts_torch("2.6.0+cu126", "12.6"))[1] is False
     assert resolve_wheel_fact("broken_wheel", _facts_torch("2.6.0", "12.4"))[1] is True
+
+
+def test_wheel_unknown_outside_the_catalogue():
+    """A release without a build matrix in rules/releases/flash-attn-wheels.json (2.8.3.post2 is on
+    PyPI but not in the catalogue): whether a wheel exists is unknown, not False; a release in the
+    catalogue answers from its matrix (2.8.3: torch 2.4-2.8, so none for torch 2.9)."""
+    def f(fa, tv, cuda):
+        return facts_from_snapshot(validate_snapshot({
+            "schema_version": 1,
+            "packages": {"flash-attn": fa, "torch": tv},
+            "torch": {"version": tv, "cuda": cuda},
+            "python": {"version": "3.11.9"},
+        }))
+
+    known, value, _ = resolve_wheel_fact("wheel", f("2.8.3.post2", "2.9.0+cu126", "12.6"))
+    assert not known and value is None
+    assert resolve_wheel_fact("wheel", f("2.8.3", "2.9.0+cu126", "12.6")) == (True, False, "")
+    assert resolve_wheel_fact("wheel", f("2.8.3", "2.8.0", "12.8")) == (True, True, "")
