@@ -188,6 +188,9 @@ def _megatron_values(t: _Taker, get: Callable[[str], Any], framework: str) -> No
         t.put("bf16", "dtype", "bf16")
     elif get("fp16") is True:
         t.put("fp16", "dtype", "fp16")
+    tp = get("tensor_model_parallel_size")
+    if tp is not None and t.int_("tensor_model_parallel_size", tp) > 1:
+        t.put("tensor_model_parallel_size", "tensor_parallel", t.int_("tensor_model_parallel_size", tp))
     cp = get("context_parallel_size")
     if cp is not None and t.int_("context_parallel_size", cp) > 1:
         t.put("context_parallel_size", "context_parallel.size", t.int_("context_parallel_size", cp))

@@ -308,6 +308,8 @@ class Workload:
     # window off but keeps its length; some transformers releases apply it anyway)
     unused_sliding_window: Optional[int] = None
     packing: str = "padded"  # padded | varlen | padding_free
+    # tensor-parallel size (Megatron/NeMo): attention modules see num_heads/tp and num_kv_heads/tp
+    tensor_parallel: int = 1
     source: str = "default profile"
     defaulted: Tuple[str, ...] = ()
 
@@ -435,6 +437,16 @@ class Workload:
         size = self.context_parallel.size
         return (self.num_heads // size) % size == 0
 
+    # Heads of one tensor-parallel rank: what TE's DotProductAttention sees under Megatron/NeMo
+    # tensor parallelism (kv heads fewer than ranks are replicated, one per rank)
+    @property
+    def tp_local_heads(self) -> int:
+        return max(1, self.num_heads // self.tensor_parallel)
+
+    @property
+    def tp_local_kv_heads(self) -> int:
+        return max(1, self.num_kv_heads // self.tensor_parallel)
+
     @property
     def cp_seq_divisible(self) -> bool:
         size = self.context_parallel.size
@@ -479,6 +491,8 @@ WORKLOAD_DERIVED = (
     "cp_seq_divisible",
     "cp_chunk_len_q",
     "cp_chunk_len_kv",
+    "tp_local_heads",
+    "tp_local_kv_heads",
 )
 # workload fields whose None means "not known" rather than a value a rule can compare with:
 # a rule that reads one is then not evaluated (the others' None means "not stated", a value)

@@ -68,6 +68,7 @@ KEYS = (
     "unused_sliding_window",
     "vision_tower",
     "packing",
+    "tensor_parallel",
 )
 
 # The boolean keys: in a workload file as true/false, on the command line as --KEY / --no-KEY.
@@ -181,7 +182,7 @@ def build(
             out["head_dim_qk"] = out["head_dim_v"] = _int(key, value, path, line)
         elif key == "seq_len":
             out["seq_len_q"] = out["seq_len_kv"] = _int(key, value, path, line)
-        elif key in ("head_dim_qk", "head_dim_v", "num_heads", "num_kv_heads", "seq_len_q", "seq_len_kv", "batch_size", "grad_accum_steps", "unused_sliding_window"):
+        elif key in ("head_dim_qk", "head_dim_v", "num_heads", "num_kv_heads", "seq_len_q", "seq_len_kv", "batch_size", "grad_accum_steps", "unused_sliding_window", "tensor_parallel"):
             out[key] = _int(key, value, path, line)
         elif key in BOOL_KEYS:
             out[key] = _bool(key, value, path, line)

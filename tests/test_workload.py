@@ -201,3 +201,13 @@ def test_distributed_megatron_is_a_workload_value(tmp_path: Path) -> None:
     path.write_text("framework: verl\ndistributed: megatron\n")
     wl = resolve_workload(workload_file=path, flags=parse_workload_flags([]))
     assert wl.distributed == "megatron"
+
+
+def test_tensor_parallel_gives_the_heads_of_one_rank() -> None:
+    # TE's a2a-CP filter counts one tensor-parallel rank's heads (TE-FUSED-CP-A2A-ODD-HEADS)
+    from doctor.model import Workload
+
+    w = Workload(num_heads=64, num_kv_heads=8, tensor_parallel=8)
+    assert (w.tp_local_heads, w.tp_local_kv_heads) == (8, 1)
+    assert Workload(num_heads=32, num_kv_heads=4, tensor_parallel=8).tp_local_kv_heads == 1  # replicated
+    assert Workload().tp_local_heads == Workload().num_heads

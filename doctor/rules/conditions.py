@@ -531,8 +531,17 @@ TE_ELSEWHERE_ATTN = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", 
 TE_ELSEWHERE_FRAMEWORKS = ("transformers", "trl", "peft", "accelerate", "axolotl", "unsloth", "diffusers", "torchtitan")
 
 
+# Models built on TE's layers and loaded through transformers (NVIDIA's bionemo-recipes checkpoints,
+# trust_remote_code: model_type nv_esm, nv_esmc, ...; their modules are te.pytorch.TransformerLayer
+# whatever attn_implementation says) keep TE's attention on the path under any framework.
+TE_MODEL_TYPE = re.compile(r"^nv_")
+
+
 def _te_attention_elsewhere(ctx: Context) -> bool:
     attn, fw = ctx.value("workload.attn_implementation"), ctx.value("workload.framework")
+    mt = ctx.value("workload.model_type")
+    if mt.known and isinstance(mt.value, str) and TE_MODEL_TYPE.match(mt.value):
+        return False
     return (attn.known and attn.value in TE_ELSEWHERE_ATTN) or (fw.known and fw.value in TE_ELSEWHERE_FRAMEWORKS)
 
 

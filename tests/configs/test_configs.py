@@ -30,7 +30,7 @@ DATA = Path(__file__).with_name("data")
         ("torchtitan-llama3.toml", "torchtitan", {"framework": "torchtitan", "seq_len": 32768, "dtype": "bfloat16", "model_type": "llama",
                                                   "context_parallel": {"size": 4, "impl": "torch_ring", "comm_type": "all_gather"}}),
         ("megatron-args.txt", "megatron", {"framework": "megatron", "num_heads": 32, "num_kv_heads": 8, "head_dim": 128, "seq_len": 8192, "dtype": "bf16",
-                                           "context_parallel": {"size": 2, "impl": "te", "comm_type": "all_gather"}}),
+                                           "tensor_parallel": 2, "context_parallel": {"size": 2, "impl": "te", "comm_type": "all_gather"}}),
         ("nemo-gpt.yaml", "nemo", {"framework": "nemo", "num_heads": 16, "num_kv_heads": 16, "head_dim": 128, "seq_len": 4096, "dtype": "bf16",
                                    "context_parallel": {"size": 2, "impl": "te", "comm_type": "p2p"}}),
         ("te-debug.log", "te-log", {"qkv_format": "thd", "qkv_packed": False, "num_heads": 32, "num_kv_heads": 8, "seq_len_q": 4096,

@@ -181,6 +181,11 @@ def test_a_member_cannot_be_read_as_selected(tmp_path: Path) -> None:
     ({"framework": "megatron"}, True),
     ({"attn_implementation": "flash_attention_2"}, False),  # transformers runs flash-attn itself
     ({"framework": "torchtitan"}, False),  # never calls TE's attention
+    ({"framework": "transformers", "model_type": "esm"}, False),
+    # NVIDIA's TE-built checkpoints (bionemo-recipes, trust_remote_code) run TE's TransformerLayer
+    # under transformers/PEFT whatever attn_implementation says
+    ({"framework": "transformers", "model_type": "nv_esm"}, True),
+    ({"framework": "peft", "attn_implementation": "sdpa", "model_type": "nv_esm"}, True),
 ])
 def test_a_finding_about_te_selecting_a_backend_needs_te_on_the_path(cat, stated: Dict[str, str], fires: bool) -> None:  # type: ignore[no-untyped-def]
     # TE 2.16.1 with flash-attn-4 on an A100 would run FA4's missing sm8x backward, if TE ran
