@@ -1,6 +1,6 @@
 """Draw an audit sample: rule ids from the catalogue, uniformly, with a fixed seed.
 
-    PYTHONPATH=. python docs/audit/draw_sample.py            # the eighth sample (seed 202611228)
+    PYTHONPATH=. python docs/audit/draw_sample.py            # the newest sample (the default --sample)
     PYTHONPATH=. python docs/audit/draw_sample.py --sample 2 # the second one
 
 The ids are sorted before sampling, so the draw depends only on the catalogue's ids and the
@@ -24,6 +24,10 @@ the commit it was drawn at:
   draw; the commit it was drawn at is named in sample-7.md.
 - sample 8 (seed 202611228, 30 rules): its seed was committed after the seventh sample's defects
   and their second reading were fixed, and before the draw; a second estimate of the same pass.
+- samples 9 and 10 (seeds 202611229, 2026112210): drawn after the fifth pass and after sample 9's
+  fixes; the commits are named in sample-9.md and sample-10.md.
+- sample 11 (seed 2026112211): committed before the sixth pass (docs/audit/catalogue6/) and drawn
+  after it, at the commit named in sample-11.md.
 """
 
 from __future__ import annotations
