@@ -19,8 +19,10 @@ never "breaks". Each site becomes one record of the snapshot's `contracts` secti
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import glob
+import importlib.machinery
 import os
 import re
 from dataclasses import dataclass
@@ -37,7 +39,48 @@ if TYPE_CHECKING:  # the parser and the guard evaluator load only when a result 
     from doctor.probe.pysource import SummaryCache
 
 BINDS, BREAKS, UNDECIDED = "binds", "breaks", "undecided"
-_SCAN_FILES, _SCAN_BYTES = 20_000, 400 << 20  # bounds of the name scan in a lazy package
+_SCAN_FILES, _SCAN_BYTES = 20_000, 160 << 20  # bounds of the name scan in a lazy package (transformers 5.x: ~50 MiB of .py)
+_SCAN_ENTRIES = 200_000  # files and folders of any kind listed (a linked data folder need hold no .py)
+# Module files no text scan can read: a name they define is spelled in no `.py` file.
+_OPAQUE_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES) + (".pyc", ".pyd", ".so")
+# `from ..x import *` or `from pkg.x import *`: a star import that may bring names from outside its folder.
+_ESCAPING_STAR = re.compile(rb"(?m)^[ \t]*from[ \t]+(?:\.\.|[A-Za-z_])[\w.]*[ \t]+import[ \t]+\*")
+# A module-level `__getattr__(name)` may return any name (forwarding to another package, say).
+_MODULE_GETATTR = re.compile(rb"(?m)^(?:[ \t]*def[ \t]+__getattr__[ \t]*\([ \t]*\w+[ \t]*(?::[^,)]*)?\)|__getattr__[ \t]*=)")
+_ALL_AT = re.compile(rb"(?m)^__all__[ \t]*\+?=[ \t]*([\[(])")
+_BRACKET_TOKENS = re.compile(rb"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"|#[^\n]*|[\[\]()]")
+
+
+def literal_all(text: bytes) -> Optional[Set[str]]:
+    """The names a module's `__all__` lists, when every mention of `__all__` is a module-level
+    `__all__ = [...]` / `__all__ += [...]` of string literals; None when `__all__` is computed
+    (a comprehension, `dir()`, another module's `__all__`, an annotated or conditional assignment)
+    or absent: then `import *` may bring any name the file binds."""
+    hits = list(_ALL_AT.finditer(text))
+    if not hits or len(hits) != text.count(b"__all__") or len(hits) > 50:
+        return None
+    names: Set[str] = set()
+    for m in hits:
+        depth, end = 0, None
+        for t in _BRACKET_TOKENS.finditer(text, m.start(1)):
+            tok = t.group()
+            if tok in (b"[", b"("):
+                depth += 1
+            elif tok in (b"]", b")"):
+                depth -= 1
+                if depth == 0:
+                    end = t.end()
+                    break
+        if end is None:
+            return None
+        try:
+            value = ast.literal_eval(text[m.start(1):end].decode())
+        except (ValueError, TypeError, SyntaxError, UnicodeDecodeError, RecursionError, MemoryError):
+            return None
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            return None
+        names.update(value)
+    return names
 
 
 @dataclass(frozen=True)
@@ -61,6 +104,9 @@ class Callee:
         self.cache = cache
         self._text: Dict[str, Optional[Dict[str, bytes]]] = {}
         self._exp: Dict[Tuple[str, str], Optional[Tuple[Set[str], Set[str]]]] = {}
+        self._opaque: Set[str] = set()  # tops holding compiled or sourceless modules
+        self._escapes: Dict[str, Set[str]] = {}  # top -> folders holding a star import that leaves them
+        self._all: Dict[str, Optional[Set[str]]] = {}
 
     def owns(self, module: str) -> bool:
         return module.split(".")[0] in self.tops
@@ -139,8 +185,24 @@ class Callee:
         out: Optional[Dict[str, bytes]] = None
         if base is not None and os.path.isdir(base):
             out, total = {}, 0
-            for root, dirs, names in os.walk(base):
+            seen: Set[str] = set()
+            escapes: Set[str] = set()
+            failed: List[OSError] = []  # a folder os.walk could not list: its files are unread
+            entries = 0
+            # followlinks: Python imports through a symlinked folder; `seen` stops link cycles
+            for root, dirs, names in os.walk(base, onerror=failed.append, followlinks=True):
+                entries += len(dirs) + len(names)
+                if failed or entries > _SCAN_ENTRIES:
+                    out = None
+                    break
+                real = os.path.realpath(root)
+                if real in seen:
+                    dirs[:] = []
+                    continue
+                seen.add(real)
                 dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+                if any(n.endswith(_OPAQUE_SUFFIXES) for n in names):
+                    self._opaque.add(top)
                 for fname in sorted(n for n in names if n.endswith(".py")):
                     path = os.path.join(root, fname)
                     try:
@@ -151,11 +213,19 @@ class Callee:
                             break
                         with open(path, "rb") as fh:
                             out[path] = fh.read(size + 1)
+                        if _ESCAPING_STAR.search(out[path]):
+                            d = root
+                            while d.startswith(base) and d not in escapes:
+                                escapes.add(d)
+                                d = os.path.dirname(d)
                     except OSError:
                         out = None
                         break
                 if out is None:
                     break
+            if failed:
+                out = None
+            self._escapes[top] = escapes
         if out is not None:
             self.cache.touched.update(out)
         self._text[top] = out
@@ -167,8 +237,8 @@ class Callee:
     def _exporters(self, top: str, name: str) -> Optional[Tuple[Set[str], Set[str]]]:
         """(files that may export `name`, the folders holding them), once per name.
 
-        A file with a literal `__all__` (and no `__all__ +=`/extend/append) exports through
-        `import *` only what `__all__` spells in quotes, whatever its docstrings mention."""
+        A file whose `__all__` is a literal list (`literal_all`) exports through `import *`
+        only what that list names, whatever its docstrings mention."""
         key = (top, name)
         if key in self._exp:
             return self._exp[key]
@@ -177,13 +247,14 @@ class Callee:
         if texts is not None:
             files: Set[str] = set()
             folders: Set[str] = set()
-            quoted = (f'"{name}"'.encode(), f"'{name}'".encode())
             for path, text in texts.items():
                 if not self._spells(text, name):
                     continue
-                if b"__all__ =" in text and not re.search(rb"__all__\s*(\+=|\.extend|\.append)", text):
-                    if not any(q in text for q in quoted):
-                        continue  # named only in docs or code; `import *` cannot export it
+                if path not in self._all:
+                    self._all[path] = literal_all(text)
+                listed = self._all[path]
+                if listed is not None and name not in listed:
+                    continue  # named only in docs or code; `import *` cannot export it
                 files.add(path)
                 d = os.path.dirname(path)
                 while d.startswith(self.scan.modules[top]) and d not in folders:
@@ -196,7 +267,7 @@ class Callee:
     def may_define(self, module: str, name: str) -> bool:
         """False only when `import *` of `module` cannot bring `name`: neither its file (for a
         package, any file under it) may export the name, nor does it re-export a module outside
-        with `import *`. Saves parsing the hundreds of model packages a lazy
+        with `import *` (from any file under it). Saves parsing the hundreds of model packages a lazy
         `from .models import *` reaches."""
         top = module.split(".")[0]
         texts = self._texts(top)
@@ -209,9 +280,9 @@ class Callee:
             return True
         text = texts[path]
         if is_pkg:
-            if os.path.dirname(path) in folders:
-                return True
-            return b"import *" in text and b"from .." in text
+            folder = os.path.dirname(path)
+            # some file under it may export the name, or star-imports from outside the folder
+            return folder in folders or folder in self._escapes.get(top, set())
         return b"import *" in text
 
     def absent_everywhere(self, module: str, name: str) -> bool:
@@ -220,10 +291,18 @@ class Callee:
         A lazy module (transformers' `_LazyModule`) maps exported names to submodules through
         string tables, `__all__` lists and TYPE_CHECKING imports, all of which spell the name:
         where no file spells it, no import of it can succeed. Bounded: a package of more than
-        _SCAN_FILES files or _SCAN_BYTES bytes is not read (the import stays undecided)."""
-        texts = self._texts(module.split(".")[0])
-        if texts is None or not name.isidentifier():
+        _SCAN_FILES files or _SCAN_BYTES bytes is not read (the import stays undecided). Nor is
+        absence claimed where a package holds compiled or sourceless modules (they may define
+        anything) or where the module has its own `__getattr__(name)` (it may forward anywhere)."""
+        top = module.split(".")[0]
+        texts = self._texts(top)
+        if texts is None or not name.isidentifier() or top in self._opaque:
             return False
+        path, is_pkg = self.file(module)
+        if path is None or path not in texts or _MODULE_GETATTR.search(texts[path]):
+            return False
+        if is_pkg and os.path.isdir(os.path.join(os.path.dirname(path), name)):
+            return False  # a folder without __init__.py: `from pkg import name` imports it as a namespace package
         return not any(self._spells(t, name) for t in texts.values())
 
     def resolve(self, dotted_name: str) -> Target:

@@ -43,14 +43,22 @@ def _errors(rows: Sequence[Mapping[str, Any]]) -> str:
     """The exceptions the broken sites raise: a name the callee no longer has raises ImportError
     at an import (AttributeError where it is reached as an attribute), a call that no longer
     binds TypeError."""
+    def error(r: Mapping[str, Any]) -> str:
+        missing = " has no " in str(r.get("reason", ""))
+        return ("ImportError" if r.get("kind") == "import" else "AttributeError") if missing else "TypeError"
+
+    def file(r: Mapping[str, Any]) -> str:
+        return str(r.get("site", "")).rsplit(":", 1)[0]
+
+    failing = {file(r) for r in rows if error(r) == "ImportError"}
+    only_missing = all(error(r) != "TypeError" for r in rows)
     out: List[str] = []
     for r in rows:
-        missing = " has no " in str(r.get("reason", ""))
-        e = ("ImportError" if r.get("kind") == "import" else "AttributeError") if missing else "TypeError"
+        e = error(r)
+        if only_missing and e == "AttributeError" and file(r) in failing:
+            continue  # the import in its file fails first: the module never loads to reach it
         if e not in out:
             out.append(e)
-    if "ImportError" in out and all(r.get("kind") == "import" or " has no " in str(r.get("reason", "")) for r in rows):
-        out = ["ImportError"]  # the import fails first: the module never loads to reach its calls
     return " or ".join(out) if out else "TypeError or AttributeError"
 
 

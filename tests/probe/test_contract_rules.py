@@ -8,9 +8,10 @@ checks against the released files are in test_contracts.py.
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import pytest
 
@@ -197,18 +198,21 @@ LAZY_FILES = {
 }
 
 
-def _lazy_site(tmp_path: Path, imports: str) -> Dict[str, Any]:
+def _lazy_site(tmp_path: Path, imports: str, extra: Optional[Dict[str, str]] = None,
+               links: Optional[Dict[str, str]] = None, pairs: str = LAZY_PAIRS) -> Dict[str, Any]:
     site = tmp_path / "site"
     for name in ("app", "lz_lib"):
         d = site / f"{name}-1.0.dist-info"
         d.mkdir(parents=True)
         (d / "METADATA").write_text(f"Name: {name.replace('_', '-')}\nVersion: 1.0\n\n")
-    for rel, text in {**LAZY_FILES, "app/__init__.py": "", "app/run.py": imports}.items():
+    for rel, text in {**LAZY_FILES, **(extra or {}), "app/__init__.py": "", "app/run.py": imports}.items():
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
         (site / rel).write_text(textwrap.dedent(text))
+    for rel, target in (links or {}).items():
+        (site / rel).symlink_to(site / target, target_is_directory=True)
     spec_dir = tmp_path / "specs"
     spec_dir.mkdir()
-    (spec_dir / "p.yaml").write_text(LAZY_PAIRS)
+    (spec_dir / "p.yaml").write_text(pairs)
     doc = analyse(packages.scan([str(site)]), load_specs(spec_dir), tmp_path / "cache")
     return {s["symbol"].rsplit(".", 1)[1]: s for s in doc["sites"]}
 
@@ -228,3 +232,95 @@ def test_a_name_a_lazy_package_spells_but_does_not_resolve_stays_undecided(tmp_p
     sites = _lazy_site(tmp_path, "from lz import TableOnly, Removed\n")
     assert sites["TableOnly"]["verdict"] == "undecided"
     assert sites["Removed"]["verdict"] == "undecided"
+
+
+# Review 2026-11-23b: a name no `.py` file spells may still exist; each of these is undecided, never breaks.
+_FORWARDER = {"lz/fwd/__init__.py": "import importlib\n\ndef __getattr__(name):\n    return getattr(importlib.import_module('other'), name)\n"}
+
+
+def test_a_module_getattr_that_forwards_elsewhere_is_not_proof_of_absence(tmp_path: Path) -> None:
+    pairs = LAZY_PAIRS.replace("check_imports: [lz]", "check_imports: [lz, lz.fwd]")
+    sites = _lazy_site(tmp_path, "from lz.fwd import Anything\n", extra=_FORWARDER, pairs=pairs)
+    assert sites["Anything"]["verdict"] == "undecided"
+
+
+def test_a_name_under_a_symlinked_model_folder_is_found(tmp_path: Path) -> None:
+    extra = {
+        "lz/models/__init__.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .gamma import *\n_LazyModule = None\n",
+        "vendored/gamma/__init__.py": "from .modeling_gamma import *\n",
+        "vendored/gamma/modeling_gamma.py": "class GammaModel:\n    pass\n__all__ = ['GammaModel']\n",
+    }
+    sites = _lazy_site(tmp_path, "from lz import GammaModel\n", extra=extra, links={"lz/models/gamma": "vendored/gamma"})
+    assert sites["GammaModel"]["verdict"] != "breaks"
+
+
+def test_a_package_with_a_compiled_module_is_not_proof_of_absence(tmp_path: Path) -> None:
+    # lz/_native.*.so may define anything; `from ._native import *` is no file we can read
+    extra = {"lz/_native.cpython-311-x86_64-linux-gnu.so": "\x7fELF", "lz/__init__.py": LAZY_FILES["lz/__init__.py"].replace(
+        "from .cache import Cache", "from .cache import Cache\n            from ._native import *")}
+    sites = _lazy_site(tmp_path, "from lz import NativeThing\n", extra=extra)
+    assert sites["NativeThing"]["verdict"] == "undecided"
+
+
+def test_a_computed_all_does_not_hide_what_import_star_brings(tmp_path: Path) -> None:
+    extra = {
+        "lz/plain.py": "from ._impl import *\n",
+        "lz/_impl.py": "from .cache import Cache\nclass DynModel:\n    pass\n__all__ = [n for n in dir() if n.endswith('Model')]\n",
+    }
+    pairs = LAZY_PAIRS.replace("check_imports: [lz]", "check_imports: [lz, lz.plain]")
+    sites = _lazy_site(tmp_path, "from lz.plain import DynModel\n", extra=extra, pairs=pairs)
+    assert sites["DynModel"]["verdict"] != "breaks"
+
+
+def test_a_star_import_leaving_a_subpackage_from_a_file_under_it_is_followed(tmp_path: Path) -> None:
+    # lz.plain2 re-exports the package .inner, whose .sub re-exports ...extra: the name lives outside lz/plain2/
+    extra = {
+        "lz/plain2/__init__.py": "from .inner import *\n",
+        "lz/plain2/inner/__init__.py": "from .sub import *\n",
+        "lz/plain2/inner/sub.py": "from ...extra import *\n",
+        "lz/extra.py": "class ExtraThing:\n    pass\n",
+    }
+    pairs = LAZY_PAIRS.replace("check_imports: [lz]", "check_imports: [lz, lz.plain2]")
+    sites = _lazy_site(tmp_path, "from lz.plain2 import ExtraThing, NotThere\n", extra=extra, pairs=pairs)
+    assert sites["ExtraThing"]["verdict"] == "binds"
+    assert sites["NotThere"]["verdict"] == "breaks"  # not lazy: a name no file binds is still missing
+
+
+@pytest.mark.parametrize("text, names", [
+    (b"__all__ = ['A', \"B\"]  # [x]\n__all__ += ('C',)\n", {"A", "B", "C"}),
+    (b"__all__ = [\n    'A',  # )\n]\n", {"A"}),
+    (b"__all__ = [n for n in dir()]\n", None),
+    (b"__all__ = base.__all__ + ['A']\n", None),
+    (b"__all__: list = ['A']\n", None),
+    (b"if x:\n    __all__ = ['A']\n", None),
+    (b"__all__ = ['A']\n__all__.extend(more)\n", None),
+    (b"__all__ = ['A'\n", None),
+    (b"x = 1\n", None),
+])
+def test_literal_all_reads_only_a_literal_list(text: bytes, names: Any) -> None:
+    from doctor.probe.contracts import literal_all
+    assert literal_all(text) == names
+
+
+def test_a_folder_that_cannot_be_listed_is_not_proof_of_absence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # os.walk skips a folder it cannot list (permissions) unless told; its files were never read
+    import doctor.probe.contracts as contracts
+
+    real_walk = contracts.os.walk
+
+    def walk(top: str, onerror: Any = None, followlinks: bool = False) -> Any:
+        for root, dirs, names in real_walk(top, followlinks=followlinks):
+            if "models" in dirs:
+                dirs.remove("models")
+                if onerror is not None:
+                    onerror(PermissionError(13, "Permission denied", os.path.join(root, "models")))
+            yield root, dirs, names
+
+    monkeypatch.setattr(contracts.os, "walk", walk)
+    sites = _lazy_site(tmp_path, "from lz import BetaModel, Gone\n")
+    assert sites["Gone"]["verdict"] == "undecided" and sites["BetaModel"]["verdict"] != "breaks"
+
+
+def test_a_subfolder_without_init_is_a_namespace_package_not_a_missing_name(tmp_path: Path) -> None:
+    sites = _lazy_site(tmp_path, "from lz import nsdir, Gone\n", extra={"lz/nsdir/tool.py": "X = 1\n"})
+    assert sites["nsdir"]["verdict"] != "breaks" and sites["Gone"]["verdict"] == "breaks"
