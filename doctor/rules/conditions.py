@@ -55,7 +55,7 @@ FACT_PATHS = frozenset(
     [f"torch.{f.name}" for f in fields(TorchInfo)]
     + [f"cuda.{f.name}" for f in fields(CudaInfo)]
     + [f"cudnn.{f.name}" for f in fields(CudnnInfo) if f.name != "search"]  # search: read by te.cudnn_*
-    + ["cudnn.installed_is_bundled", "cudnn.loaded_incompatible", "cuda.driver_behind", "torch.arch_runs_gpu"]
+    + ["cudnn.installed_is_bundled", "cudnn.loaded_incompatible", "cuda.driver_behind", "torch.arch_runs_gpu", "torch.arch_list_probed"]
     + ["te.fp8_recipe", "te.fp8_attention", "te.cudnn_first_2_4", "te.cudnn_first_2_11", "te.cudnn_file"]
     + ["gpu.sm", "gpu.sm_max", "gpu.name", "gpu.count", "gpu.memory_mib", "python.version", "python.implementation"]
     + [f"workload.{f.name}" for f in fields(Workload) if f.name not in ("source", "defaulted", "context_parallel")]
@@ -279,6 +279,10 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
             return Value(True, min(mems)) if mems else _unknown(path, facts, "GPU memory unknown")
     if head == "torch" and facts.packages is not None and "torch" not in facts.packages and facts.torch.version is None:
         return Value(True, None)  # torch is not installed: every torch fact is known to be absent
+    if path == "torch.arch_list_probed":
+        # Whether torch.cuda.get_arch_list() was read (the child probe); false for a static probe
+        # or an older snapshot, so a rule can state what a release build ships in that case.
+        return Value(True, facts.torch.arch_list is not None)
     if path == "torch.arch_runs_gpu":
         if facts.torch.arch_list is None or not facts.gpus:
             return _unknown("torch.arch_list" if facts.torch.arch_list is None else "gpu.sm", facts, "not probed")

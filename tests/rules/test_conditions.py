@@ -140,6 +140,14 @@ def test_arch_runs_gpu_follows_cubin_and_ptx_compatibility() -> None:
     assert runs(["sm_100"], "10.3") is True
 
 
+def test_arch_list_probed_is_known_when_the_list_is_not() -> None:
+    fact = {"fact": "torch.arch_list_probed", "eq": False}
+    static = evaluate(fact, ctx({"torch": {"version": "2.6.0+cu124", "cuda": "12.4"}}))
+    assert static.value is True  # known, not unknown: a static probe reads no arch list
+    probed = evaluate(fact, ctx({"torch": {"version": "2.6.0+cu124", "cuda": "12.4", "arch_list": []}}))
+    assert probed.value is False
+
+
 def test_te_fp8_attention_follows_the_f16_switch_from_te_2_8() -> None:
     """FP8 attention in TE: an fp8 workload, unless NVTE_DPA_FP8_RECIPE=F16 (read from TE 2.8)."""
     fact = {"fact": "te.fp8_attention", "eq": True}
