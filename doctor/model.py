@@ -444,6 +444,13 @@ class Workload:
         return max(1, self.num_heads // self.tensor_parallel)
 
     @property
+    def batch_heads(self) -> int:
+        """batch x the query heads of one tensor-parallel rank: the thread count torch 2.0's SDPA
+        priority_order gives FlashAttention (it tries memory-efficient attention first below 60
+        when seq_len_q >= 128)."""
+        return self.batch_size * self.tp_local_heads
+
+    @property
     def tp_local_kv_heads(self) -> int:
         return max(1, self.num_kv_heads // self.tensor_parallel)
 
@@ -493,6 +500,7 @@ WORKLOAD_DERIVED = (
     "cp_chunk_len_kv",
     "tp_local_heads",
     "tp_local_kv_heads",
+    "batch_heads",
 )
 # workload fields whose None means "not known" rather than a value a rule can compare with:
 # a rule that reads one is then not evaluated (the others' None means "not stated", a value)

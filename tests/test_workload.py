@@ -211,3 +211,12 @@ def test_tensor_parallel_gives_the_heads_of_one_rank() -> None:
     assert (w.tp_local_heads, w.tp_local_kv_heads) == (8, 1)
     assert Workload(num_heads=32, num_kv_heads=4, tensor_parallel=8).tp_local_kv_heads == 1  # replicated
     assert Workload().tp_local_heads == Workload().num_heads
+
+
+def test_batch_heads_is_batch_times_the_heads_of_one_rank() -> None:
+    # torch 2.0's SDPA priority_order compares batch x heads with 60 (SDPA-FLASH-TORCH-2-0-0-SM86-BACKWARD)
+    from doctor.model import WORKLOAD_DERIVED, Workload
+
+    assert "batch_heads" in WORKLOAD_DERIVED
+    assert Workload(batch_size=2, num_heads=32, num_kv_heads=8).batch_heads == 64
+    assert Workload(batch_size=4, num_heads=64, num_kv_heads=8, tensor_parallel=8).batch_heads == 32
