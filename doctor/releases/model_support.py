@@ -72,6 +72,20 @@ REFUSED_BY_MODEL: Tuple[Tuple[str, Tuple[str, ...], str, str], ...] = (
     ("falcon", ("flash_attention_3",), ">=4.54,<5.23", _TF + "v5.22.2/src/transformers/models/falcon/modeling_falcon.py"),
     ("gptj", ("flash_attention_3",), ">=4.54,<5.23", _TF + "v5.22.2/src/transformers/models/gptj/modeling_gptj.py"),
     ("gpt_neo", ("flash_attention_3",), ">=4.54,<5.23", _TF + "v5.22.2/src/transformers/models/gpt_neo/modeling_gpt_neo.py"),
+    # Same KeyError, found by a wheel scan (modeling file sets `_supports_flash_attn = True` and
+    # indexes `*_ATTENTION_CLASSES[config._attn_implementation]` with no FA3 key; every transformers
+    # wheel 4.53.0-5.23.0 read) and confirmed by building the model on CPU with the FA3 checks
+    # stubbed (4.55.4, 4.57.1, 5.12.1): the windows end where the dict lookup went away.
+    ("bark", ("flash_attention_3",), ">=4.54,<5.23", _TF + "v5.22.2/src/transformers/models/bark/modeling_bark.py"),
+    ("diffllama", ("flash_attention_3",), ">=4.54,<5.13", _TF + "v5.12.1/src/transformers/models/diffllama/modeling_diffllama.py"),
+    ("kyutai_speech_to_text", ("flash_attention_3",), ">=4.54,<5.13", _TF + "v5.12.1/src/transformers/models/kyutai_speech_to_text/modeling_kyutai_speech_to_text.py"),
+    ("mimi", ("flash_attention_3",), ">=4.54,<5.13", _TF + "v5.12.1/src/transformers/models/mimi/modeling_mimi.py"),
+    ("moshi", ("flash_attention_3",), ">=4.54,<5.13", _TF + "v5.12.1/src/transformers/models/moshi/modeling_moshi.py"),
+    ("nemotron", ("flash_attention_3",), ">=4.54,<5.13", _TF + "v5.12.1/src/transformers/models/nemotron/modeling_nemotron.py"),
+    ("distilbert", ("flash_attention_3",), ">=4.54,<5.0", _TF + "v4.57.1/src/transformers/models/distilbert/modeling_distilbert.py"),
+    ("jamba", ("flash_attention_3",), ">=4.54,<5.0", _TF + "v4.57.1/src/transformers/models/jamba/modeling_jamba.py"),
+    ("jetmoe", ("flash_attention_3",), ">=4.54,<5.0", _TF + "v4.57.1/src/transformers/models/jetmoe/modeling_jetmoe.py"),
+    ("esm", ("flash_attention_3",), ">=4.54,<4.56", _TF + "v4.55.4/src/transformers/models/esm/modeling_esm.py"),
     ("olmoe", ("flex_attention",), ">=4.48,<4.49", _TF + "v4.48.3/src/transformers/models/olmoe/modeling_olmoe.py"),
     ("phimoe", ("flex_attention",), ">=4.48,<4.49", _TF + "v4.48.3/src/transformers/models/phimoe/modeling_phimoe.py"),
     # GptOssConfig's attn_implementation setter accepts only the vllm-flash-attn3 hub kernel

@@ -25,6 +25,17 @@ ROOT = Path(__file__).resolve().parents[2]
         ("4.57.1+cu12", "gpt2", "flex_attention", False),  # GPT-2 has never set _supports_flex_attn
         ("4.41.2", "gpt2", "sdpa", False),
         ("4.42.0", "gpt2", "sdpa", True),
+        # FA3 passes the merged flag but the family's attention-class dict has no FA3 key (KeyError)
+        ("4.53.3", "nemotron", "flash_attention_3", False),  # no FA3 flag before 4.54
+        ("5.12.1", "nemotron", "flash_attention_3", False),
+        ("5.13.0", "nemotron", "flash_attention_3", True),
+        ("5.22.2", "bark", "flash_attention_3", False),
+        ("5.23.0", "bark", "flash_attention_3", True),
+        ("4.57.1", "distilbert", "flash_attention_3", False),
+        ("5.0.0", "distilbert", "flash_attention_3", True),
+        ("4.55.4", "esm", "flash_attention_3", False),
+        ("4.56.0", "esm", "flash_attention_3", True),
+        ("4.57.1", "nemotron", "flash_attention_2", True),
         ("4.33.0", "llama", "sdpa", None),  # older than every release read
         ("4.48.0", "no_such_family", "sdpa", None),
         (None, "llama", "sdpa", None),
