@@ -77,7 +77,8 @@ REFUSED_BY_MODEL: Tuple[Tuple[str, Tuple[str, ...], str, str], ...] = (
     # wheel 4.53.0-5.23.0 read) and confirmed by building the model on CPU with the FA3 checks
     # stubbed (4.55.4, 4.57.1, 5.12.1): the windows end where the dict lookup went away.
     ("bark", ("flash_attention_3",), ">=4.54,<5.23", _TF + "v5.22.2/src/transformers/models/bark/modeling_bark.py"),
-    ("diffllama", ("flash_attention_3",), ">=4.54,<5.13", _TF + "v5.12.1/src/transformers/models/diffllama/modeling_diffllama.py"),
+    # diffllama already set `_supports_flash_attn_3 = True` in 4.53 (its dict had no FA3 key either)
+    ("diffllama", ("flash_attention_3",), ">=4.53,<5.13", _TF + "v5.12.1/src/transformers/models/diffllama/modeling_diffllama.py"),
     ("kyutai_speech_to_text", ("flash_attention_3",), ">=4.54,<5.13", _TF + "v5.12.1/src/transformers/models/kyutai_speech_to_text/modeling_kyutai_speech_to_text.py"),
     ("mimi", ("flash_attention_3",), ">=4.54,<5.13", _TF + "v5.12.1/src/transformers/models/mimi/modeling_mimi.py"),
     ("moshi", ("flash_attention_3",), ">=4.54,<5.13", _TF + "v5.12.1/src/transformers/models/moshi/modeling_moshi.py"),

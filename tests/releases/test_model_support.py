@@ -28,6 +28,10 @@ ROOT = Path(__file__).resolve().parents[2]
         # FA3 passes the merged flag but the family's attention-class dict has no FA3 key (KeyError)
         ("4.53.3", "nemotron", "flash_attention_3", False),  # no FA3 flag before 4.54
         ("5.12.1", "nemotron", "flash_attention_3", False),
+        ("4.52.4", "diffllama", "flash_attention_3", False),  # no flash_attention_3 before 4.53
+        ("4.53.0", "diffllama", "flash_attention_3", False),  # 4.53 flag _supports_flash_attn_3, no FA3 key
+        ("5.12.1", "diffllama", "flash_attention_3", False),
+        ("5.13.0", "diffllama", "flash_attention_3", True),
         ("5.13.0", "nemotron", "flash_attention_3", True),
         ("5.22.2", "bark", "flash_attention_3", False),
         ("5.23.0", "bark", "flash_attention_3", True),
