@@ -610,7 +610,7 @@ class BackendStatus:
     not_covered: Optional[str] = None
 
 
-CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "needs_mask", "gqa_form")
+CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "needs_mask", "gqa_form", "te_attention")
 
 
 @dataclass(frozen=True)
@@ -633,6 +633,11 @@ class CallPath:
     # how grouped-query attention reaches the kernel: none | native (the kernel takes fewer kv
     # heads) | enable_gqa (torch SDPA's flag) | repeat_kv (kv heads copied up first); None: unknown
     gqa_form: Optional[str] = None
+    # may TE's DotProductAttention run attention here? False where the workload STATES another
+    # attention (an HF attn_implementation) or a framework that never calls TE's attention, unless
+    # the model is one of NVIDIA's TE-built remote-code models (model_type nv_*). Stated facts only:
+    # an inferred framework or library would hide Megatron run from a source checkout.
+    te_attention: bool = True
 
     def describe(self, packages: Optional[Mapping[str, str]] = None) -> str:
         """One line: `transformers 4.44.2 (qwen2) -> flash_attention_2 -> flash-attn 2.6.3 varlen; CP: none`."""
