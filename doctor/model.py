@@ -451,6 +451,12 @@ class Workload:
         return self.batch_size * self.tp_local_heads
 
     @property
+    def queries_per_batch_head(self) -> int:
+        """seq_len_q // batch_heads: torch 2.1's SDPA priority_order tries memory-efficient
+        attention first in training when 6 x batch x heads > seq_len_q, i.e. when this is below 6."""
+        return self.seq_len_q // max(self.batch_heads, 1)
+
+    @property
     def tp_local_kv_heads(self) -> int:
         return max(1, self.num_kv_heads // self.tensor_parallel)
 
@@ -501,6 +507,7 @@ WORKLOAD_DERIVED = (
     "tp_local_heads",
     "tp_local_kv_heads",
     "batch_heads",
+    "queries_per_batch_head",
 )
 # workload fields whose None means "not known" rather than a value a rule can compare with:
 # a rule that reads one is then not evaluated (the others' None means "not stated", a value)
