@@ -451,6 +451,12 @@ class Workload:
         return self.batch_size * self.tp_local_heads
 
     @property
+    def queries_per_batch_head(self) -> int:
+        """seq_len_q // batch_heads: torch 2.1's SDPA priority_order tries memory-efficient
+        attention first in training when 6 x batch x heads > seq_len_q, i.e. when this is below 6."""
+        return self.seq_len_q // max(self.batch_heads, 1)
+
+    @property
     def tp_local_kv_heads(self) -> int:
         return max(1, self.num_kv_heads // self.tensor_parallel)
 
@@ -501,6 +507,7 @@ WORKLOAD_DERIVED = (
     "tp_local_heads",
     "tp_local_kv_heads",
     "batch_heads",
+    "queries_per_batch_head",
 )
 # workload fields whose None means "not known" rather than a value a rule can compare with:
 # a rule that reads one is then not evaluated (the others' None means "not stated", a value)
@@ -610,7 +617,7 @@ class BackendStatus:
     not_covered: Optional[str] = None
 
 
-CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "needs_mask", "gqa_form")
+CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "needs_mask", "gqa_form", "te_attention")
 
 
 @dataclass(frozen=True)
@@ -633,6 +640,11 @@ class CallPath:
     # how grouped-query attention reaches the kernel: none | native (the kernel takes fewer kv
     # heads) | enable_gqa (torch SDPA's flag) | repeat_kv (kv heads copied up first); None: unknown
     gqa_form: Optional[str] = None
+    # may TE's DotProductAttention run attention here? False where the workload STATES another
+    # attention (an HF attn_implementation) or a framework that never calls TE's attention, unless
+    # the model is one of NVIDIA's TE-built remote-code models (model_type nv_*). Stated facts only:
+    # an inferred framework or library would hide Megatron run from a source checkout.
+    te_attention: bool = True
 
     def describe(self, packages: Optional[Mapping[str, str]] = None) -> str:
         """One line: `transformers 4.44.2 (qwen2) -> flash_attention_2 -> flash-attn 2.6.3 varlen; CP: none`."""

@@ -220,3 +220,13 @@ def test_batch_heads_is_batch_times_the_heads_of_one_rank() -> None:
     assert "batch_heads" in WORKLOAD_DERIVED
     assert Workload(batch_size=2, num_heads=32, num_kv_heads=8).batch_heads == 64
     assert Workload(batch_size=4, num_heads=64, num_kv_heads=8, tensor_parallel=8).batch_heads == 32
+
+
+def test_queries_per_batch_head_is_below_6_exactly_when_6_batch_heads_exceed_the_queries() -> None:
+    # torch 2.1's training order: memory-efficient first when 6 x batch x heads > seq_len_q
+    from doctor.model import WORKLOAD_DERIVED, Workload
+
+    assert "queries_per_batch_head" in WORKLOAD_DERIVED
+    for seq in range(1, 400, 7):
+        w = Workload(batch_size=2, num_heads=16, num_kv_heads=16, seq_len_q=seq, seq_len_kv=seq)
+        assert (w.queries_per_batch_head < 6) is (6 * w.batch_heads > seq)

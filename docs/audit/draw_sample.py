@@ -37,7 +37,7 @@ import random
 
 from doctor.rules.loader import load_catalogue
 
-SEEDS = {2: 20261122_2, 3: 20261122_3, 4: 20261122_4, 5: 20261122_5, 6: 20261122_6, 7: 20261122_7, 8: 20261122_8, 9: 20261122_9, 10: 20261122_10, 11: 20261122_11}
+SEEDS = {2: 20261122_2, 3: 20261122_3, 4: 20261122_4, 5: 20261122_5, 6: 20261122_6, 7: 20261122_7, 8: 20261122_8, 9: 20261122_9, 10: 20261122_10, 11: 20261122_11, 12: 20261123_12}
 SIZE = 30
 
 
@@ -48,7 +48,7 @@ def draw(sample: int = 3, size: int = SIZE) -> list:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sample", type=int, default=11, choices=sorted(SEEDS))
+    ap.add_argument("--sample", type=int, default=12, choices=sorted(SEEDS))
     args = ap.parse_args()
     for rule_id in draw(args.sample):
         print(rule_id)

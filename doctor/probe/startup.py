@@ -16,7 +16,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from doctor.errors import RuleError
 from doctor.probe.contract_specs import _ID, _TAG_URL, _Node, _Reader, read_list
@@ -168,57 +168,30 @@ def analyse(scan: PackageScan, checks: Sequence[StartupCheck]) -> Tuple[List[Dic
     return read, rows
 
 
-# transformers.utils.versions.require_version, which LLaMA-Factory's checks call: a name, then
-# comma-separated clauses, each compared with packaging's Version (no specifier semantics). It
-# keeps the clauses in a dict keyed by operator, so of several clauses with one operator only the
+# transformers.utils.versions.require_version, which LLaMA-Factory's checks call, parses a
+# requirement its own way (transformers 4.46.0 and 5.23.0 utils/versions.py are the same here): a
+# name of word characters alone is a bare requirement; else a name up to the first operator
+# character or space, then clauses split at ",", each 1-2 characters of `!=<>` or whitespace as its
+# operator (so "transformers >=4.41" has the operator " >" and raises ValueError), the rest its
+# version; packaging's Version then compares (no specifier semantics: "4.*" is an InvalidVersion).
+# It keeps the clauses in a dict keyed by operator, so of several clauses with one operator only the
 # last is tested: in "transformers>=4.41.2,<=4.49.0,!=4.46.0,...,!=4.48.0" only !=4.48.0 excludes
-# (every transformers release 4.34-5.9 does this).
-_REQ = re.compile(r"^([^!=<>\s]+)([\s!=<>]{1,2}.+)$")
-_CLAUSE = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*([A-Za-z0-9.+*!_-]+)\s*$")
-# what is shown back (a finding, a `pip install "..."` line) is only a distribution name and
-# version-like clauses: a requirement string from an installed file is not trusted to be shell-safe
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-def parse_requirement(text: str) -> Optional[Tuple[str, Tuple[Tuple[str, str], ...]]]:
-    """'transformers>=4.41.2,<=4.49.0' -> ('transformers', (('>=', '4.41.2'), ('<=', '4.49.0'))), the
-    clauses require_version tests; a bare name -> (name, ()); None if it is not of that shape."""
-    text = text.strip()
-    m = _REQ.match(text)
-    if not m:
-        return (normalize(text), ()) if _NAME.fullmatch(text) else None
-    if not _NAME.fullmatch(m.group(1)):
-        return None
-    by_op: Dict[str, str] = {}
-    for part in m.group(2).split(","):
-        c = _CLAUSE.match(part)
-        if not c:
-            return None
-        by_op[c.group(1)] = c.group(2)  # a later clause with the same operator replaces the earlier
-    return normalize(m.group(1)), tuple(by_op.items())
-
-
-# require_version's own parse, kept verbatim (transformers 4.46.0 and 5.23.0 utils/versions.py are
-# the same here): a name of word characters alone is a bare requirement; else a name up to the
-# first operator character or space, then clauses split at ",", each 1-2 characters of
-# `!=<>` or whitespace as its operator (so "transformers >=4.41" has the operator " >" and raises
-# ValueError), the rest its version; packaging's Version then refuses a wildcard ("4.*":
-# InvalidVersion, a ValueError) when that clause is compared.
+# (every transformers release 4.34-5.9 does this). One parse below serves both what require_version
+# does (require_version_error) and what is shown back (parse_requirement).
 _RV_BARE = re.compile(r"^[\w_\-\d]+$")
 _RV_REQ = re.compile(r"^([^!=<>\s]+)([\s!=<>]{1,2}.+)")
 _RV_CLAUSE = re.compile(r"^([\s!=<>]{1,2})(.+)")
 RV_OPS = ("<", "<=", "==", "!=", ">=", ">")
+# what is shown back (a finding, a `pip install "..."` line) is only a distribution name and
+# version-like clauses: a requirement string from an installed file is not trusted to be shell-safe
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_SHOWN_VERSION = re.compile(r"[A-Za-z0-9.+*!_-]+")
 
 
-def require_version_error(requirement: str, installed: Optional[str]) -> Optional[str]:
-    """What transformers' require_version(requirement) raises with `installed` the version of the
-    distribution it names (None: not installed): "ValueError: ...", "InvalidVersion: ...",
-    "PackageNotFoundError" or "ImportError"; None when it returns. The interpreter ("python")
-    is the caller's business."""
-    from packaging.version import InvalidVersion, Version
-
+def _split(requirement: str) -> Union[str, Tuple[str, Dict[str, str]]]:
+    """require_version's parse: (name, {operator: version}) or the ValueError it raises."""
     if _RV_BARE.match(requirement):
-        return None if installed is not None else "PackageNotFoundError"
+        return requirement, {}
     m = _RV_REQ.match(requirement)
     fmt = ("ValueError: requirement needs to be in the pip package format, .e.g., package_a==1.23, or "
            f"package_b>=1.23, but got {requirement}")
@@ -229,12 +202,37 @@ def require_version_error(requirement: str, installed: Optional[str]) -> Optiona
         c = _RV_CLAUSE.match(part)
         if not c:
             return fmt
-        wanted[c.group(1)] = c.group(2)
+        wanted[c.group(1)] = c.group(2)  # a later clause with the same operator replaces the earlier
         if c.group(1) not in RV_OPS:
             return f"ValueError: {requirement}: need one of {list(RV_OPS)}, but got {c.group(1)}"
+    return m.group(1), wanted
+
+
+def parse_requirement(text: str) -> Optional[Tuple[str, Tuple[Tuple[str, str], ...]]]:
+    """'transformers>=4.41.2,<=4.49.0' -> ('transformers', (('>=', '4.41.2'), ('<=', '4.49.0'))), the
+    clauses require_version tests; a bare name -> (name, ()); None where require_version refuses the
+    string or it is not a plain name and versions (never shown back)."""
+    split = _split(text.strip())
+    if isinstance(split, str) or not _NAME.fullmatch(split[0]):
+        return None
+    if not all(_SHOWN_VERSION.fullmatch(v.strip()) for v in split[1].values()):
+        return None
+    return normalize(split[0]), tuple((op, v.strip()) for op, v in split[1].items())
+
+
+def require_version_error(requirement: str, installed: Optional[str]) -> Optional[str]:
+    """What transformers' require_version(requirement) raises with `installed` the version of the
+    distribution it names (None: not installed): "ValueError: ...", "InvalidVersion: ...",
+    "PackageNotFoundError" or "ImportError"; None when it returns. The interpreter ("python")
+    is the caller's business."""
+    from packaging.version import InvalidVersion, Version
+
+    split = _split(requirement)
+    if isinstance(split, str):
+        return split
     if installed is None:
         return "PackageNotFoundError"
-    for op, want in wanted.items():
+    for op, want in split[1].items():
         try:
             got, need = Version(installed), Version(want)
         except InvalidVersion as exc:

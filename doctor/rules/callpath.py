@@ -8,6 +8,8 @@
     cp_impl     whose context/sequence parallelism splits the sequence: none, te, torch_ring,
                 ulysses, ring_flash_attn
     packing     padded (with a mask), varlen (cu_seqlens kernels), padding_free
+    te_attention  whether TE's DotProductAttention may run attention (false only where the
+                workload states another attention or a framework that never calls TE's)
 
 A field the workload states (`framework:`, `context_parallel.impl`, `packing:`,
 `attn_implementation:`) is taken as given; the others are inferred from what is installed and
@@ -17,6 +19,7 @@ them as `path.<field>` (e.g. a TransformerEngine context-parallel rule needs `pa
 
 from __future__ import annotations
 
+import re
 from typing import Mapping, Optional, Tuple
 
 from doctor.model import CALL_PATH_FIELDS as FIELDS
@@ -60,7 +63,23 @@ LIBRARY_OF_IMPL = {
     "flex_attention": "flex",
     "eager": "eager",
 }
-__all__ = ["FIELDS", "CallPath", "infer"]
+# What the user states that puts another library than TE's DotProductAttention on the path: an
+# HF attn_implementation, or a framework that never calls TE's attention.
+TE_ELSEWHERE_ATTN = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
+TE_ELSEWHERE_FRAMEWORKS = ("transformers", "trl", "peft", "accelerate", "axolotl", "unsloth", "diffusers", "torchtitan")
+# Models built on TE's layers and loaded through transformers (NVIDIA's bionemo-recipes checkpoints,
+# trust_remote_code: model_type nv_esm, nv_esmc, ...; their modules are te.pytorch.TransformerLayer
+# whatever attn_implementation says) keep TE's attention on the path under any framework.
+TE_MODEL_TYPE = re.compile(r"^nv_")
+__all__ = ["FIELDS", "CallPath", "infer", "te_attention"]
+
+
+def te_attention(workload: Workload) -> bool:
+    """May TE's DotProductAttention run attention for this workload (stated facts only)?"""
+    if workload.model_type and TE_MODEL_TYPE.match(workload.model_type):
+        return True
+    return workload.attn_implementation not in TE_ELSEWHERE_ATTN and workload.framework not in TE_ELSEWHERE_FRAMEWORKS
+
 
 
 def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Optional[str]]] = None) -> CallPath:
@@ -124,6 +143,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         cp_impl=cp_impl,
         packing=workload.packing,
         model_type=workload.model_type,
+        te_attention=te_attention(workload),
         inferred=tuple(inferred),
     )
 

@@ -528,27 +528,6 @@ def _compile(cond: Mapping[str, Any]) -> Compiled:
     return lambda ctx: _evaluate_leaf(cond, ctx)  # backend / framework: depend on the diagnosis
 
 
-# What the user states that puts another library than TE's DotProductAttention on the path: an
-# HF attn_implementation, or a framework that never calls TE's attention. Stated facts only: the
-# inferred path.library would hide Megatron run from a source checkout.
-TE_ELSEWHERE_ATTN = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
-TE_ELSEWHERE_FRAMEWORKS = ("transformers", "trl", "peft", "accelerate", "axolotl", "unsloth", "diffusers", "torchtitan")
-
-
-# Models built on TE's layers and loaded through transformers (NVIDIA's bionemo-recipes checkpoints,
-# trust_remote_code: model_type nv_esm, nv_esmc, ...; their modules are te.pytorch.TransformerLayer
-# whatever attn_implementation says) keep TE's attention on the path under any framework.
-TE_MODEL_TYPE = re.compile(r"^nv_")
-
-
-def _te_attention_elsewhere(ctx: Context) -> bool:
-    attn, fw = ctx.value("workload.attn_implementation"), ctx.value("workload.framework")
-    mt = ctx.value("workload.model_type")
-    if mt.known and isinstance(mt.value, str) and TE_MODEL_TYPE.match(mt.value):
-        return False
-    return (attn.known and attn.value in TE_ELSEWHERE_ATTN) or (fw.known and fw.value in TE_ELSEWHERE_FRAMEWORKS)
-
-
 def _evaluate_leaf(cond: Mapping[str, Any], ctx: Context) -> Outcome:
     """The leaves that read the diagnosis so far: backend availability and selection."""
     if "backend" in cond:
@@ -563,7 +542,8 @@ def _evaluate_leaf(cond: Mapping[str, Any], ctx: Context) -> Outcome:
             if st.available != cond["available"]:
                 return FALSE
         if "selected" in cond:
-            selected = st.selected and not (st.framework == "transformer-engine" and _te_attention_elsewhere(ctx))
+            # a TE backend is "selected" only where TE's attention is on the stated path (path.te_attention)
+            selected = st.selected and (st.framework != "transformer-engine" or bool(ctx.value("path.te_attention").value))
             if selected != cond["selected"]:
                 return FALSE
         return TRUE

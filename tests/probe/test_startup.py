@@ -17,7 +17,7 @@ import pytest
 from doctor.errors import InputError, RuleError
 from doctor.probe.collect import collect
 from doctor.probe.sources import Sources
-from doctor.probe.startup import load_checks, parse_requirement, satisfied
+from doctor.probe.startup import load_checks, parse_requirement, require_version_error, satisfied
 from doctor.snapshot import facts_from_snapshot, load_snapshot
 import upstream
 
@@ -172,8 +172,12 @@ def test_a_moved_function_is_said_not_guessed(tmp_path: Path) -> None:
 
 
 def test_require_version_semantics() -> None:
-    name, clauses = parse_requirement("Transformers >=4.41.2,<=4.49.0,!=4.46.0,!=4.48.0")  # type: ignore[misc]
+    name, clauses = parse_requirement("Transformers>=4.41.2,<=4.49.0,!=4.46.0,!=4.48.0")  # type: ignore[misc]
     assert name == "transformers" and clauses == ((">=", "4.41.2"), ("<=", "4.49.0"), ("!=", "4.48.0"))
+    # a space before the operator makes require_version raise ValueError (operator " >"): nothing
+    # to show as a version range, and require_version_error says why
+    assert parse_requirement("transformers >=4.41.2") is None
+    assert str(require_version_error("transformers >=4.41.2", "4.46.0")).startswith("ValueError")
     assert satisfied("4.46.0", clauses) and not satisfied("4.48.0", clauses) and not satisfied("4.50.0", clauses)
     assert parse_requirement("trl") == ("trl", ()) and parse_requirement("trl~=1.0") is None
 

@@ -195,3 +195,21 @@ def test_a_finding_about_te_selecting_a_backend_needs_te_on_the_path(cat, stated
     te = next(b for b in d.backends if b.id == "te.flash")
     assert te.selected  # TE's own choice is still modelled and shown
     assert ("TE-FLASH-FA4-SM8X-BACKWARD" in {f.rule_id for f in d.findings}) is fires
+
+
+@pytest.mark.parametrize("stated, fires", [
+    ({}, True),
+    ({"framework": "megatron"}, True),
+    ({"attn_implementation": "sdpa"}, False),  # transformers' SDPA path never builds TE's DotProductAttention
+    ({"framework": "axolotl"}, False),
+    # a TE-built remote-code model keeps TE's attention under transformers: the one test of
+    # "TE on the path" (path.te_attention) serves findings that read packages, not only `selected`
+    ({"framework": "transformers", "attn_implementation": "sdpa", "model_type": "nv_esm2"}, True),
+])
+def test_a_te_finding_that_reads_packages_needs_te_on_the_path(cat, stated: Dict[str, str], fires: bool) -> None:  # type: ignore[no-untyped-def]
+    # TE 1.10 asserts flash-attn <= 2.5.8 when DotProductAttention is built
+    facts, workload = case_inputs({"packages": {"transformer-engine": "1.10.0", "flash-attn": "2.6.3"}, "gpu": "8.0",
+                                   "workload": {"training": True, "dtype": "bf16", **stated}})
+    d = diagnose(cat, facts, workload)
+    assert ("TE-FA2-VERSION-ASSERT" in {f.rule_id for f in d.findings}) is fires
+    assert d.path.te_attention is fires

@@ -1,4 +1,4 @@
-import os, sys, torch, torch.distributed as dist
+import sys, torch, torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.nn.attention import sdpa_kernel, SDPBackend
