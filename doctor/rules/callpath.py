@@ -8,6 +8,7 @@
     cp_impl     whose context/sequence parallelism splits the sequence: none, te, torch_ring,
                 ulysses, ring_flash_attn
     packing     padded (with a mask), varlen (cu_seqlens kernels), padding_free
+    packed_mask whether transformers' SDPA path turns a padding-free batch into a mask tensor
     te_attention  whether TE's DotProductAttention may run attention (false only where the
                 workload states another attention or a framework that never calls TE's)
 
@@ -134,6 +135,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
     needs_mask = workload.mask == "arbitrary" or (workload.padding and workload.packing == "padded")
     return CallPath(
         needs_mask=needs_mask,
+        packed_mask=hf_padding_free_mask(workload, framework, library, packages),
         gqa_form=_gqa_form(workload, framework, library, needs_mask, packages, facts.env),
         model_supports=model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None,
         model_has_fa2=model_supports(packages.get("transformers"), workload.model_type, "flash_attention_2"),
