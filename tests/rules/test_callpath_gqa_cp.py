@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
+import pathlib
 from typing import Any, Dict, Optional
 
 import pytest
+import yaml
 
 from doctor.rules.callpath import infer
 from doctor.rules.cases import case_inputs
@@ -53,3 +57,69 @@ def test_transformers_cp_is_never_te_even_with_te_installed() -> None:
     # with no framework that dispatches attention, an installed TE still is the guess
     bare = _path({"torch": "2.11.0", "transformer-engine": "2.8.0", "transformer-engine-torch": "2.8.0"}, {"context_parallel": {"size": 2}})
     assert bare.cp_impl == "te"
+
+
+PF = {**GQA, "packing": "padding_free", "training": True, "model_type": "llama"}
+
+
+@pytest.mark.parametrize(
+    "packages,workload,env,want",
+    [
+        # 4.53.1-4.57.x search position_ids for packed sequences (masking_utils
+        # _preprocess_mask_arguments) and AND a per-sample mask with torch >= 2.6: a mask tensor
+        ({**HF, "trl": "0.23.1"}, {"framework": "trl"}, None, "repeat_kv"),
+        ({**HF, "transformers": "4.54.0", "trl": "0.23.1"}, {"framework": "trl"}, None, "repeat_kv"),
+        # torch 2.5 on 4.x: the per-sample mask is not applied, is_causal stays, enable_gqa passed
+        ({**HF, "torch": "2.5.1", "trl": "0.23.1"}, {"framework": "trl"}, None, "enable_gqa"),
+        # 5.x applies it with any torch
+        ({**HF, "torch": "2.5.1", "transformers": "5.0.0", "trl": "0.23.1"}, {"framework": "trl"}, None, "repeat_kv"),
+        ({**HF, "transformers": "5.23.0"}, {"framework": "axolotl"}, None, "repeat_kv"),
+        ({**HF, "transformers": "5.23.0"}, {"framework": "axolotl"}, {"TRANSFORMERS_SDPA_FORCE_GQA": "1"}, "enable_gqa"),
+        # trl 0.19.0-0.23.0 drop the position_ids: no search
+        ({**HF, "trl": "0.20.0"}, {"framework": "trl"}, None, "enable_gqa"),
+        # the 4.x Trainer's default cache: past_key_values is not None, no search
+        (HF, {"framework": "transformers"}, None, "enable_gqa"),
+        # a KV cache, inference, or a model that never searches
+        ({**HF, "trl": "0.23.1"}, {"framework": "trl", "kv_cache": True}, None, "enable_gqa"),
+        ({**HF, "trl": "0.23.1"}, {"framework": "trl", "training": False}, None, "enable_gqa"),
+        ({**HF, "trl": "0.23.1"}, {"framework": "trl", "model_type": "qwen2_moe"}, None, "enable_gqa"),
+        ({**HF, "transformers": "5.23.0"}, {"framework": "axolotl", "model_type": "qwen2_moe"}, None, "repeat_kv"),
+        # 4.53.0 has no search
+        ({**HF, "transformers": "4.53.0", "trl": "0.23.1"}, {"framework": "trl"}, None, "repeat_kv"),  # < 4.54: no enable_gqa at all
+    ],
+)
+def test_padding_free_gqa_form(packages: Dict[str, str], workload: Dict[str, Any], env: Optional[Dict[str, str]], want: str) -> None:
+    assert _path(packages, {**PF, **workload}, env).gqa_form == want
+
+
+@functools.lru_cache(maxsize=1)
+def _anchor() -> Dict[str, Any]:
+    """The &hf_sdpa_packed_search_mask condition of SDPA-FLASH-ATTN-MASK."""
+    doc = yaml.safe_load((pathlib.Path(__file__).resolve().parents[2] / "rules/backends/torch_sdpa.yaml").read_text())
+    rule = next(r for r in doc["rules"] if r["id"] == "SDPA-FLASH-ATTN-MASK")
+    return next(c for c in rule["when"]["any"] if isinstance(c, dict) and {"fact": "workload.packing", "eq": "padding_free"} in c.get("all", []))
+
+
+def test_padding_free_mask_matches_rule_anchor() -> None:
+    """callpath.hf_padding_free_mask (path.gqa_form) and the YAML anchor read by
+    SDPA-FLASH-ATTN-MASK state one condition."""
+    from doctor.rules.callpath import hf_padding_free_mask
+    from doctor.rules.conditions import Context, evaluate
+
+    grid = itertools.product(
+        ["4.53.0", "4.53.1", "4.54.0", "4.54.1", "4.57.1", "5.0.0", "5.2.0", "5.3.0", "5.4.0", "5.17.0", "5.18.0", "5.20.0", "5.21.0", "5.23.0"],
+        ["2.5.1", "2.11.0"],
+        [("trl", "0.18.2"), ("trl", "0.19.0"), ("trl", "0.23.1"), ("transformers", None), ("accelerate", None), ("peft", None), ("axolotl", None), ("unsloth", None)],
+        ["llama", "qwen2_moe", "gpt2", "chameleon", "opt", "bloom", "recurrent_gemma", "biogpt", "idefics", "falcon", "dbrx"],
+        [False, True],
+    )
+    seen = set()
+    for tf, torch, (framework, trl), model, kv_cache in grid:
+        packages = {"torch": torch, "transformers": tf, **({"trl": trl} if trl else {})}
+        facts, wl = case_inputs({"packages": packages, "workload": {**PF, "framework": framework, "model_type": model, "kv_cache": kv_cache}})
+        path = infer(facts, wl)
+        got = evaluate(_anchor(), Context(facts, wl, path=path)).value
+        want = hf_padding_free_mask(wl, path.framework, path.library, packages)
+        assert got is want, (tf, torch, framework, trl, model, kv_cache)
+        seen.add(want)
+    assert seen == {True, False}
