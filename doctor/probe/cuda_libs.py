@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from doctor.model import CudnnFile, CudnnFolder, CudnnSearch
+from doctor.probe.envvars import scrub
 from doctor.probe.packages import Dist, PackageScan
 from doctor.probe.sources import LDCONFIG_TIMEOUT_S, Sources
 
@@ -242,8 +243,14 @@ def _unversioned(src: Sources, ld_entries: Sequence[Tuple[str, str]]) -> Optiona
     candidates += [os.path.join(d, "libcudnn.so") for d in src.loader_default_dirs]
     for path in candidates:
         if os.path.isfile(path):
-            return CudnnFile(path=path, version=_lib_version(src, path)[0])
+            return CudnnFile(path=_shown(path), version=_lib_version(src, path)[0])
     return None
+
+
+def _shown(path: str) -> str:
+    """A path as the snapshot keeps it: scrubbed as environment values are (a random-looking
+    segment becomes <redacted>), so a folder compares equal to its scrubbed variable."""
+    return scrub(path, random_strings=True)
 
 
 def te_search(src: Sources, ld_entries: Sequence[Tuple[str, str]]) -> CudnnSearch:
@@ -256,8 +263,8 @@ def te_search(src: Sources, ld_entries: Sequence[Tuple[str, str]]) -> CudnnSearc
     folders = []
     for var, d in dirs:
         path, error = _glob_first(d)
-        found = CudnnFile(path=path, version=_lib_version(src, path)[0]) if path else None
-        folders.append(CudnnFolder(var=var, dir=d, found=found, error=error))
+        found = CudnnFile(path=_shown(path), version=_lib_version(src, path)[0]) if path else None
+        folders.append(CudnnFolder(var=var, dir=_shown(d), found=found, error=_shown(error) if error else None))
     return CudnnSearch(folders=tuple(folders), unversioned=_unversioned(src, ld_entries))
 
 

@@ -17,7 +17,7 @@ from probe_fakes import FakeRunner, add_dist, add_file, ok, sources
 
 from doctor.model import CudnnFile, CudnnFolder, Workload
 from doctor.probe import collect, cuda_libs
-from doctor.probe.cuda_libs import probe
+from doctor.probe.cuda_libs import _shown, probe
 from doctor.probe.packages import scan
 from doctor.rules.cases import case_inputs
 from doctor.rules.conditions import resolve
@@ -61,7 +61,7 @@ def test_unversioned_link_on_ld_library_path(site: Path, tmp_path: Path) -> None
     sysdir = tmp_path / "lib/x86_64-linux-gnu"
     _lib(sysdir, "9.14.0", dev_link=True)
     search = _search(site, environ={"LD_LIBRARY_PATH": f"/nonexistent:{sysdir}"})
-    assert search.unversioned == CudnnFile(f"{sysdir}/libcudnn.so", "9.14.0")
+    assert search.unversioned == CudnnFile(_shown(f"{sysdir}/libcudnn.so"), "9.14.0")
 
 
 def test_unversioned_link_from_ld_so_cache_and_default_dirs(site: Path, tmp_path: Path) -> None:
@@ -74,10 +74,10 @@ def test_unversioned_link_from_ld_so_cache_and_default_dirs(site: Path, tmp_path
     )
     search = _search(site, run=FakeRunner({"ldconfig": ldconfig}), use_ldconfig=True,
                      which=lambda n: "/sbin/ldconfig" if n == "ldconfig" else None)
-    assert search.unversioned == CudnnFile(f"{cached}/libcudnn.so", "9.14.0")
+    assert search.unversioned == CudnnFile(_shown(f"{cached}/libcudnn.so"), "9.14.0")
     default = tmp_path / "usr/lib64"
     _lib(default, "8.9.7", dev_link=True)
-    assert _search(site, loader_default_dirs=[str(default)]).unversioned == CudnnFile(f"{default}/libcudnn.so", "8.9.7")
+    assert _search(site, loader_default_dirs=[str(default)]).unversioned == CudnnFile(_shown(f"{default}/libcudnn.so"), "8.9.7")
 
 
 def test_folders_in_te_order_with_the_file_tes_glob_takes(site: Path, tmp_path: Path) -> None:
@@ -92,9 +92,9 @@ def test_folders_in_te_order_with_the_file_tes_glob_takes(site: Path, tmp_path: 
     environ: Dict[str, str] = {"CUDNN_HOME": str(empty), "CUDA_HOME": str(cuda_home), "CUDA_PATH": ""}
     search = _search(site, environ=environ, cuda_default_dir=str(usr_local))
     assert search.folders == (
-        CudnnFolder("CUDNN_HOME", str(empty), None),
-        CudnnFolder("CUDA_HOME", str(cuda_home), CudnnFile(f"{cuda_home}/targets/x86_64-linux/lib/libcudnn.so.9.1.0", "9.1.0")),
-        CudnnFolder(None, str(usr_local), CudnnFile(f"{usr_local}/lib64/libcudnn.so.8.9.7", "8.9.7")),
+        CudnnFolder("CUDNN_HOME", _shown(str(empty)), None),
+        CudnnFolder("CUDA_HOME", _shown(str(cuda_home)), CudnnFile(_shown(f"{cuda_home}/targets/x86_64-linux/lib/libcudnn.so.9.1.0"), "9.1.0")),
+        CudnnFolder(None, _shown(str(usr_local)), CudnnFile(_shown(f"{usr_local}/lib64/libcudnn.so.8.9.7"), "8.9.7")),
     )
 
 
@@ -117,7 +117,23 @@ def test_round_trip_through_the_snapshot(site: Path, tmp_path: Path) -> None:
     doc = collect(loaded=False, sources=src)
     facts = facts_from_snapshot(parse_snapshot(json.dumps(doc), "s.json"))
     assert facts.cudnn.search == _search(site, environ={"LD_LIBRARY_PATH": str(sysdir), "CUDA_HOME": str(cuda_home)})
-    assert resolve("te.cudnn_file", facts, Workload()).value == f"{cuda_home}/lib64/libcudnn.so.9.1.0 (in CUDA_HOME, cuDNN 9.1.0)"
+    assert resolve("te.cudnn_file", facts, Workload()).value == _shown(f"{cuda_home}/lib64/libcudnn.so.9.1.0") + " (in CUDA_HOME, cuDNN 9.1.0)"
+
+
+def test_a_token_shaped_folder_name_never_reaches_the_snapshot_and_the_search_still_decides(site: Path, tmp_path: Path) -> None:
+    # a CUDA_HOME whose folder name looks like a credential: the snapshot keeps it scrubbed like
+    # the env section does, and the scrubbed folder still matches its scrubbed variable
+    add_dist(site, "transformer-engine", "2.20.2")
+    secret = "Zx9qT4mLp2Wv8RkN3sJd7HcYb6"
+    cuda_home = tmp_path / secret / "cuda"
+    _lib(cuda_home / "lib64", "9.1.0", dev_link=False)
+    src = sources(site, environ={"CUDA_HOME": str(cuda_home)})
+    doc = collect(loaded=False, sources=src)
+    text = json.dumps(doc)
+    assert secret not in text and "<redacted>" in json.dumps(doc["cudnn"]["search"])
+    facts = facts_from_snapshot(parse_snapshot(text, "s.json"))
+    shown = resolve("te.cudnn_file", facts, Workload()).value
+    assert str(shown).endswith("(in CUDA_HOME, cuDNN 9.1.0)") and secret not in str(shown)
 
 
 def test_a_bad_search_section_is_one_input_error() -> None:
