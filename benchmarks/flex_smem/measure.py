@@ -28,7 +28,10 @@ FWD = [  # (BLOCK_M, BLOCK_N, num_stages, num_warps)
     (64, 64, 2, 4), (64, 64, 1, 4),
 ]
 HEAD_DIMS = (64, 128, 192, 256)
-TARGETS = (86, 89, 120)
+TARGETS = tuple(int(a) for a in os.environ.get("FLEX_SMEM_TARGETS", "86,89,120").split(","))
+# the sm75 table (flex-smem-sm75.json) ran with FLEX_SMEM_TARGETS=70,75 FLEX_SMEM_DTYPE=float16
+# (Triton 3.6 has no sm70 target; T4s have no bf16 tensor cores)
+DTYPE = os.environ.get("FLEX_SMEM_DTYPE", "bfloat16")
 
 
 def one(kind: str, cfg: tuple, hd: int) -> list:
@@ -57,7 +60,7 @@ def one(kind: str, cfg: tuple, hd: int) -> list:
 
     torch._dynamo.config.cache_size_limit = 64
     flex = torch.compile(flex_attention, dynamic=False)
-    q, k, v = (torch.randn(1, 2, 256, hd, device="cuda", dtype=torch.bfloat16, requires_grad=(kind == "bwd")) for _ in range(3))
+    q, k, v = (torch.randn(1, 2, 256, hd, device="cuda", dtype=getattr(torch, DTYPE), requires_grad=(kind == "bwd")) for _ in range(3))
     if kind == "fwd":
         m, n, s, w = cfg
         opts = {"fwd_BLOCK_M": m, "fwd_BLOCK_N": n, "fwd_num_stages": s, "fwd_num_warps": w}
