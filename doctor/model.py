@@ -617,7 +617,7 @@ class BackendStatus:
     not_covered: Optional[str] = None
 
 
-CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "needs_mask", "gqa_form", "te_attention")
+CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "needs_mask", "packed_mask", "gqa_form", "te_attention")
 
 
 @dataclass(frozen=True)
@@ -637,6 +637,9 @@ class CallPath:
     # was asked for)? Before 4.48 only such model modules import flash_attn at import time
     model_has_fa2: Optional[bool] = None
     needs_mask: bool = False  # the call passes an attention-mask tensor (padded batches)
+    # transformers' SDPA path turns a padding-free packed batch into a per-sample mask tensor
+    # (from 4.53.1; doctor.rules.callpath.hf_padding_free_mask says exactly when)
+    packed_mask: bool = False
     # how grouped-query attention reaches the kernel: none | native (the kernel takes fewer kv
     # heads) | enable_gqa (torch SDPA's flag) | repeat_kv (kv heads copied up first); None: unknown
     gqa_form: Optional[str] = None

@@ -8,6 +8,7 @@
     cp_impl     whose context/sequence parallelism splits the sequence: none, te, torch_ring,
                 ulysses, ring_flash_attn
     packing     padded (with a mask), varlen (cu_seqlens kernels), padding_free
+    packed_mask whether transformers' SDPA path turns a padding-free batch into a mask tensor
     te_attention  whether TE's DotProductAttention may run attention (false only where the
                 workload states another attention or a framework that never calls TE's)
 
@@ -134,6 +135,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
     needs_mask = workload.mask == "arbitrary" or (workload.padding and workload.packing == "padded")
     return CallPath(
         needs_mask=needs_mask,
+        packed_mask=hf_padding_free_mask(workload, framework, library, packages),
         gqa_form=_gqa_form(workload, framework, library, needs_mask, packages, facts.env),
         model_supports=model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None,
         model_has_fa2=model_supports(packages.get("transformers"), workload.model_type, "flash_attention_2"),
@@ -151,8 +153,10 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
 def _gqa_form(workload: Workload, framework: Optional[str], library: Optional[str], needs_mask: bool, packages: Mapping[str, str], env: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """transformers' SDPA path copies kv heads up (repeat_kv) unless it can pass enable_gqa
     (integrations/sdpa_attention.py use_gqa_in_sdpa, CUDA branch): from 4.54 with torch >= 2.5 and
-    no mask tensor; from 5.13 also only when q/k and v head dims are equal and at most 256; from
-    5.23 always when TRANSFORMERS_SDPA_FORCE_GQA=1. TE and flash-attn take fewer kv heads natively."""
+    no mask tensor (a padded or arbitrary mask, a reached window, q_len != kv_len, or a
+    padding-free packed batch turned into a per-sample mask: hf_padding_free_mask); from 5.13 also
+    only when q/k and v head dims are equal and at most 256; from 5.23 always when
+    TRANSFORMERS_SDPA_FORCE_GQA=1. TE and flash-attn take fewer kv heads natively."""
     from doctor.versions import version_matches
 
     if not workload.gqa:
@@ -167,12 +171,67 @@ def _gqa_form(workload: Workload, framework: Optional[str], library: Optional[st
             return "enable_gqa"
         if not version_matches(tf, ">=4.54") or not version_matches(torch, ">=2.5"):
             return "repeat_kv"
-        if _hf_sdpa_mask_tensor(workload, needs_mask):
+        if _hf_sdpa_mask_tensor(workload, needs_mask) or hf_padding_free_mask(workload, framework, library, packages):
             return "repeat_kv"
         if version_matches(tf, ">=5.13") and not (workload.head_dim_qk == workload.head_dim_v <= 256):
             return "repeat_kv"
         return "enable_gqa"
     return None
+
+
+# Models whose code never searches position_ids for packed sequences (they keep their own causal
+# mask or fill a missing attention_mask with ones), per transformers release: the same lists as
+# rules/backends/torch_sdpa.yaml &hf_sdpa_packed_search_mask (tests/rules/test_callpath_gqa_cp.py
+# checks that the two agree).
+_NO_SEARCH_4X = frozenset((
+    "bamba", "biogpt", "bloom", "codegen", "dbrx", "falcon", "falcon_h1", "gpt_neo", "gpt_neox_japanese", "gptj",
+    "granitemoe", "granitemoehybrid", "granitemoeshared", "jamba", "jetmoe", "kosmos-2.5", "kosmos2_5",
+    "kyutai_speech_to_text", "mllama", "moshi", "mpt", "musicgen", "musicgen_melody", "nemotron", "olmoe", "opt",
+    "paligemma", "persimmon", "phimoe", "qwen2_moe", "recurrent_gemma", "stablelm", "trocr", "xglm", "zamba", "zamba2"))
+_NO_SEARCH_5_0_TO_5_2 = frozenset((
+    "bamba", "bloom", "codegen", "falcon", "falcon_h1", "gpt_neo", "gpt_neox_japanese", "gptj", "kosmos-2.5",
+    "kosmos2_5", "kyutai_speech_to_text", "mllama", "moshi", "mpt", "musicgen", "musicgen_melody", "nemotron", "opt",
+    "persimmon", "recurrent_gemma", "stablelm", "trocr", "xglm", "zamba", "zamba2"))
+_NO_SEARCH_EVER = frozenset(("kosmos-2", "kosmos2", "idefics", "biogpt"))
+# (model_type, transformers range) where the model skips the search in these releases only
+_NO_SEARCH_RANGES = (
+    ("gpt2", ">=4.53.1,<4.54.1"), ("chameleon", ">=4.53.1,<4.54.0"), ("opt", ">=5.2.0,<5.18.0"),
+    ("bloom", ">=5.2.0,<5.21.0"), ("recurrent_gemma", ">=5.0.0,<5.4.0"))
+
+
+def hf_padding_free_mask(workload: Workload, framework: Optional[str], library: Optional[str], packages: Mapping[str, str]) -> bool:
+    """Whether transformers' SDPA path turns a padding-free packed batch into a per-sample mask
+    tensor: from 4.53.1 _preprocess_mask_arguments searches position_ids for packed sequences
+    when the forward has position_ids, no attention_mask and no KV cache (4.53.1/4.57.1/5.0.0/
+    5.23.0 masking_utils.py), and create_causal_mask then ANDs the per-sample mask and sets
+    allow_is_causal_skip False (4.53.1-4.57.x only with torch >= 2.6; 5.x always). Not where the
+    loop keeps the model's default cache (transformers' own 4.x Trainer, accelerate/PEFT loops,
+    trl < 0.19 on 4.x; an accelerate loop on 5.x), where trl 0.19.0-0.23.0 drop the position_ids,
+    nor for models that never search."""
+    from doctor.versions import version_matches
+
+    if workload.packing != "padding_free" or not workload.training or workload.kv_cache:
+        return False
+    if framework not in HF_BASED or library != "torch-sdpa":
+        return False
+    tf, torch, trl = packages.get("transformers"), packages.get("torch"), packages.get("trl")
+    if tf is None or not version_matches(tf, ">=4.53.1"):
+        return False
+    v5 = version_matches(tf, ">=5.0.0")
+    if not v5 and (torch is None or not version_matches(torch, ">=2.6")):
+        return False
+    if framework == "trl" and trl is not None and version_matches(trl, ">=0.19.0,<0.23.1"):
+        return False
+    if not v5 and (framework in ("transformers", "accelerate", "peft") or (framework == "trl" and trl is not None and version_matches(trl, "<0.19.0"))):
+        return False
+    if v5 and framework == "accelerate":
+        return False
+    model = workload.model_type
+    if model in _NO_SEARCH_EVER or (not v5 and model in _NO_SEARCH_4X):
+        return False
+    if version_matches(tf, ">=5.0.0,<5.2.0") and model in _NO_SEARCH_5_0_TO_5_2:
+        return False
+    return not any(model == m and version_matches(tf, r) for m, r in _NO_SEARCH_RANGES)
 
 
 def _hf_sdpa_mask_tensor(workload: Workload, needs_mask: bool) -> bool:

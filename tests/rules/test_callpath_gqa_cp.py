@@ -53,3 +53,50 @@ def test_transformers_cp_is_never_te_even_with_te_installed() -> None:
     # with no framework that dispatches attention, an installed TE still is the guess
     bare = _path({"torch": "2.11.0", "transformer-engine": "2.8.0", "transformer-engine-torch": "2.8.0"}, {"context_parallel": {"size": 2}})
     assert bare.cp_impl == "te"
+
+
+PF = {**GQA, "packing": "padding_free", "training": True, "model_type": "llama"}
+
+
+@pytest.mark.parametrize(
+    "packages,workload,env,want",
+    [
+        # 4.53.1-4.57.x search position_ids for packed sequences (masking_utils
+        # _preprocess_mask_arguments) and AND a per-sample mask with torch >= 2.6: a mask tensor
+        ({**HF, "trl": "0.23.1"}, {"framework": "trl"}, None, "repeat_kv"),
+        ({**HF, "transformers": "4.54.0", "trl": "0.23.1"}, {"framework": "trl"}, None, "repeat_kv"),
+        # torch 2.5 on 4.x: the per-sample mask is not applied, is_causal stays, enable_gqa passed
+        ({**HF, "torch": "2.5.1", "trl": "0.23.1"}, {"framework": "trl"}, None, "enable_gqa"),
+        # 5.x applies it with any torch
+        ({**HF, "torch": "2.5.1", "transformers": "5.0.0", "trl": "0.23.1"}, {"framework": "trl"}, None, "repeat_kv"),
+        ({**HF, "transformers": "5.23.0"}, {"framework": "axolotl"}, None, "repeat_kv"),
+        ({**HF, "transformers": "5.23.0"}, {"framework": "axolotl"}, {"TRANSFORMERS_SDPA_FORCE_GQA": "1"}, "enable_gqa"),
+        # trl 0.19.0-0.23.0 drop the position_ids: no search
+        ({**HF, "trl": "0.20.0"}, {"framework": "trl"}, None, "enable_gqa"),
+        # the 4.x Trainer's default cache: past_key_values is not None, no search
+        (HF, {"framework": "transformers"}, None, "enable_gqa"),
+        # a KV cache, inference, or a model that never searches
+        ({**HF, "trl": "0.23.1"}, {"framework": "trl", "kv_cache": True}, None, "enable_gqa"),
+        ({**HF, "trl": "0.23.1"}, {"framework": "trl", "training": False}, None, "enable_gqa"),
+        ({**HF, "trl": "0.23.1"}, {"framework": "trl", "model_type": "qwen2_moe"}, None, "enable_gqa"),
+        ({**HF, "transformers": "5.23.0"}, {"framework": "axolotl", "model_type": "qwen2_moe"}, None, "repeat_kv"),
+        # 4.53.0 has no search
+        ({**HF, "transformers": "4.53.0", "trl": "0.23.1"}, {"framework": "trl"}, None, "repeat_kv"),  # < 4.54: no enable_gqa at all
+    ],
+)
+def test_padding_free_gqa_form(packages: Dict[str, str], workload: Dict[str, Any], env: Optional[Dict[str, str]], want: str) -> None:
+    assert _path(packages, {**PF, **workload}, env).gqa_form == want
+
+
+def test_a_packed_mask_is_what_sdpa_flash_attn_mask_reads() -> None:
+    """SDPA-FLASH-ATTN-MASK's padding-free arm is path.packed_mask (one statement, callpath.py)."""
+    from doctor.rules.evaluate import diagnose
+    from doctor.rules.loader import load_catalogue
+
+    cat = load_catalogue(use_cache=False)
+    for trl, fires in (("0.23.1", True), ("0.19.0", False)):  # trl 0.19.0-0.23.0 drop the position_ids
+        packages = {"torch": "2.11.0", "transformers": "4.57.1", "trl": trl}
+        facts, wl = case_inputs({"packages": packages, "gpu": "9.0", "workload": {**PF, "framework": "trl", "model_type": "llama"}})
+        d = diagnose(cat, facts, wl)
+        assert d.path.packed_mask is fires
+        assert (d.result("SDPA-FLASH-ATTN-MASK").status == "fired") is fires
