@@ -403,9 +403,11 @@ class Workload:
 
     @property
     def score_elements(self) -> int:
-        """batch x heads x seq_len_q x seq_len_kv: the size of the attention-score matrix (TE 2.19+
-        compares it with 2**30 for its deterministic THD backward on sm90)."""
-        return self.batch_size * self.num_heads * self.seq_len_q * self.seq_len_kv
+        """batch x the query heads of one tensor-parallel rank x seq_len_q x seq_len_kv: the
+        attention-score matrix TE's DotProductAttention sees (TE 2.19+ compares
+        batch_size * num_heads * max_seqlen_q * max_seqlen_kv with 2**30 for its deterministic THD
+        backward on sm90, num_heads being query_layer's local heads under Megatron/NeMo TP)."""
+        return self.batch_size * self.tp_local_heads * self.seq_len_q * self.seq_len_kv
 
     @property
     def cp_heads_below_size(self) -> bool:
