@@ -42,7 +42,7 @@ SECTION_FIELDS: Dict[str, Dict[str, str]] = {
         "version": "text", "cuda": "text", "hip": "text", "git_version": "text", "cudnn_version": "text",
         "cxx11_abi": "bool", "cuda_available": "bool", "device_count": "int", "arch_list": "text_list",
     },
-    "cuda": {"driver_version": "text", "driver_cuda": "text", "runtime": "text", "runtime_wheels": "text_map"},
+    "cuda": {"driver_version": "text", "driver_cuda": "text", "runtime": "text", "runtime_wheels": "text_map", "xformers_build": "text"},
     "cudnn": {
         "version": "text", "loaded": "text", "loaded_path": "text", "installed": "text", "bundled": "text",
         "bundled_dist": "text", "mismatch": "text", "wheels": "rows", "system": "rows",
@@ -61,7 +61,7 @@ _CC = re.compile(r"^\d+\.\d+$")
 # "latest", "abc" or "" would make rules pass or fire on a version nobody has.
 VERSION_FIELDS = {
     "torch": ("version", "cuda", "hip", "cudnn_version"),
-    "cuda": ("driver_version", "driver_cuda", "runtime"),
+    "cuda": ("driver_version", "driver_cuda", "runtime", "xformers_build"),
     "cudnn": ("version", "loaded", "installed", "bundled"),
     "python": ("version",),
 }

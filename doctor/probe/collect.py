@@ -267,6 +267,11 @@ def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[s
     torch_section = _torch_section(build, result, why_not, notes)
     gpu_rows, cuda_section = _gpu_section(gp, notes)
     cuda_section.update(runtime=libs.runtime, runtime_wheels=dict(libs.runtime_wheels))
+    if "xformers" in scan.dists:
+        xf, why = cuda_libs.xformers_build(scan.modules.get("xformers"))
+        cuda_section["xformers_build"] = xf
+        if why:
+            notes.unknown["cuda.xformers_build"] = why
     if libs.runtime_source:
         notes.provenance["cuda.runtime"] = libs.runtime_source
     for key, why in libs.notes:

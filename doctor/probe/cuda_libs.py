@@ -332,3 +332,30 @@ def probe(scan: PackageScan, src: Sources) -> CudaLibs:
         runtime_wheels=runtime_wheels,
         notes=tuple(notes),
     )
+
+
+XFORMERS_BUILD_FILE = "cpp_lib.json"
+XFORMERS_BUILD_MAX_BYTES = 65536
+
+
+def xformers_build(module_dir: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
+    """The CUDA the installed xformers' extensions were built with, from the cpp_lib.json its
+    setup.py writes next to them ({"version": {"cuda": 1208, ...}} -> "12.8"), and why not when
+    it cannot be read (None, None: xformers is not installed)."""
+    if module_dir is None:
+        return None, None
+    path = Path(module_dir) / XFORMERS_BUILD_FILE
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(XFORMERS_BUILD_MAX_BYTES + 1)
+    except OSError:
+        return None, f"no readable {XFORMERS_BUILD_FILE} in the xformers package (a source tree or a build without it)"
+    if len(data) > XFORMERS_BUILD_MAX_BYTES:
+        return None, f"{XFORMERS_BUILD_FILE} is larger than {XFORMERS_BUILD_MAX_BYTES} bytes: not read"
+    try:
+        cuda = json.loads(data.decode("utf-8"))["version"]["cuda"]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None, f"{XFORMERS_BUILD_FILE} has no version.cuda"
+    if isinstance(cuda, bool) or not isinstance(cuda, int) or cuda <= 0:
+        return None, f"{XFORMERS_BUILD_FILE}: version.cuda is {cuda!r} (a ROCm or CPU build)"
+    return f"{cuda // 100}.{cuda % 100}", None

@@ -57,6 +57,7 @@ FACT_PATHS = frozenset(
     + [f"cudnn.{f.name}" for f in fields(CudnnInfo) if f.name != "search"]  # search: read by te.cudnn_*
     + ["cudnn.installed_is_bundled", "cudnn.loaded_incompatible", "cuda.driver_behind", "torch.arch_runs_gpu", "torch.arch_list_probed"]
     + ["te.fp8_recipe", "te.fp8_attention", "te.cudnn_first_2_4", "te.cudnn_first_2_11", "te.cudnn_file"]
+    + ["flash_attn.build"]
     + ["gpu.sm", "gpu.sm_max", "gpu.name", "gpu.count", "gpu.memory_mib", "python.version", "python.implementation"]
     + [f"workload.{f.name}" for f in fields(Workload) if f.name not in ("source", "defaulted", "context_parallel")]
     + [f"workload.{name}" for name in WORKLOAD_DERIVED]
@@ -224,6 +225,29 @@ def _te_cudnn(path: str, facts: Facts) -> Value:
     return Value(True, "same" if mine == torch_s else "other")
 
 
+# The `flash-attn` distributions that are FlashAttention-3: hopper/ built from flash-attention
+# 2.7.3-2.7.4.post1 names itself flash_attn 3.0.0b1 (hopper/setup.py PACKAGE_NAME, hopper/__init__.py
+# "3.0.0.b1"). ROCm's fork (ROCm/flash-attention tag v3.0.0.r1-cktile) installs flash_attn 3.0.0.r1,
+# i.e. 3.0.0.post1: the FlashAttention-2 API (flash_attn_2_cuda), so it lies above this range.
+FLASH_ATTN_FA3_HOPPER = ">=3.0.0a0,<=3.0.0"
+
+
+def _flash_attn_build(facts: Facts) -> Value:
+    """Which build the installed `flash-attn` distribution is: "fa3_hopper" (a hopper/ build,
+    modules flash_attn_interface / flash_attn_3_cuda), "fa2" (the flash_attn package with the
+    FlashAttention-2 API: every PyPI release, 0.x/1.x included, source builds, ROCm's fork at
+    3.0.0.r1), or "none" (not installed)."""
+    if facts.packages is None:
+        return _unknown("package.flash-attn", facts, "installed packages were not probed")
+    v = facts.packages.get("flash-attn")
+    if v is None:
+        return Value(True, "none")
+    verdict = version_verdict(v, FLASH_ATTN_FA3_HOPPER)
+    if verdict is None:
+        return _unknown("package.flash-attn", facts, f"flash-attn {v}: whether it is a hopper/ build is not known")
+    return Value(True, "fa3_hopper" if verdict else "fa2")
+
+
 def resolve(path: str, facts: Facts, workload: Workload) -> Value:
     """The value of a named fact, or unknown with the reason."""
     head, _, rest = path.partition(".")
@@ -316,6 +340,8 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
         switch = facts.env.get("NVTE_DPA_FP8_RECIPE") if facts.env is not None else None
         recipe = te_dpa_fp8_recipe(te, sm, workload.fp8_recipe, workload.framework, switch)
         return Value(True, recipe) if recipe is not None else _unknown("gpu.sm", facts, "no GPU found: TE's default FP8 recipe depends on it")
+    if path == "flash_attn.build":
+        return _flash_attn_build(facts)
     if path == "cuda.driver_behind":
         behind = driver_behind(facts.torch.cuda, facts.cuda.driver_cuda)
         if behind == "major" and facts.torch.cuda_available is True:

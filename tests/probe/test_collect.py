@@ -121,3 +121,33 @@ def test_xtuner_1x_is_told_apart_from_pypi_0_2_0_by_its_v1_package(site: Path) -
     doc = collect(loaded=False, sources=src)
     assert doc["imports"]["xtuner.v1"]["status"] == "present"
     assert doc["provenance"]["imports.xtuner.v1"].startswith("static")
+
+
+def test_the_cuda_xformers_was_built_with_is_read_from_its_cpp_lib_json(site: Path) -> None:
+    # PyPI's Linux wheel of a stable-ABI xformers says 1208; the PyTorch index's cu130 wheel of
+    # the same version says 1300: only this file tells them apart (XFORMERS-CUDA12-WHEEL-ON-CUDA13-TORCH)
+    add_dist(site, "xformers", "0.0.35")
+    add_file(site, "xformers/__init__.py")
+    add_file(site, "xformers/cpp_lib.json", json.dumps({"version": {"cuda": 1208, "hip": None, "torch": "2.10.0+cu128"}}))
+    doc = collect(loaded=False, sources=sources(site))
+    assert doc["cuda"]["xformers_build"] == "12.8" and "cuda.xformers_build" not in doc["unknown"]
+    add_file(site, "xformers/cpp_lib.json", json.dumps({"version": {"cuda": 1300}}))
+    assert collect(loaded=False, sources=sources(site))["cuda"]["xformers_build"] == "13.0"
+
+
+def test_an_unreadable_xformers_build_file_is_an_unknown_fact_not_an_error(site: Path) -> None:
+    add_dist(site, "xformers", "0.0.35+884e978.d20260401")
+    add_file(site, "xformers/__init__.py")
+    doc = collect(loaded=False, sources=sources(site))
+    assert doc["cuda"]["xformers_build"] is None and "cpp_lib.json" in doc["unknown"]["cuda.xformers_build"]
+    add_file(site, "xformers/cpp_lib.json", "{not json")
+    doc = collect(loaded=False, sources=sources(site))
+    assert doc["cuda"]["xformers_build"] is None and "version.cuda" in doc["unknown"]["cuda.xformers_build"]
+    add_file(site, "xformers/cpp_lib.json", json.dumps({"version": {"cuda": None, "hip": "6.3"}}))
+    doc = collect(loaded=False, sources=sources(site))
+    assert doc["cuda"]["xformers_build"] is None and "ROCm or CPU" in doc["unknown"]["cuda.xformers_build"]
+
+
+def test_no_xformers_no_build_fact(site: Path) -> None:
+    doc = collect(loaded=False, sources=sources(site))
+    assert "xformers_build" not in doc["cuda"] and "cuda.xformers_build" not in doc["unknown"]
