@@ -185,14 +185,17 @@ def _megatron_values(t: _Taker, get: Callable[[str], Any], framework: str) -> No
     if seq is not None:
         t.put("seq_length", "seq_len", t.int_("seq_length", seq))
     drop = get("attention_dropout")
-    if drop is not None:
+    if drop is not None and not isinstance(drop, bool):
         try:
-            value = float(drop)
+            value: Optional[float] = float(drop)
         except (TypeError, ValueError):
-            raise t.bad("attention_dropout", drop, "expected a number in [0, 1)") from None
-        if not 0.0 <= value < 1.0:
+            value = None  # e.g. a NeMo interpolation (${...}): not read
+        if value is not None and not 0.0 <= value < 1.0:
             raise t.bad("attention_dropout", drop, "expected a number in [0, 1)")
-        t.put("attention_dropout", "dropout", value)
+        if value is not None:
+            t.put("attention_dropout", "dropout", value)
+        else:
+            t.notes.append(f"attention_dropout {drop!r} is not a number: attention dropout not read")
     elif framework == "megatron":
         # Megatron's --attention-dropout defaults to 0.1 (TransformerConfig.attention_dropout,
         # core_v0.9.0 and core_v0.19.0), and TEDotProductAttention hands it to TE, which then

@@ -51,8 +51,14 @@ def test_megatron_attention_dropout_default_and_explicit(tmp_path: Path) -> None
     args = tmp_path / "args.txt"
     args.write_text("--num-attention-heads 32 --attention-dropout 0.0 --bf16\n")
     assert read_config(args).workload.get("dropout") == 0.0
-    # NeMo YAML: only an explicit value is taken
+    # NeMo YAML: only an explicit value is taken; an interpolation is left unread
     assert "dropout" not in read_config(DATA / "nemo-gpt.yaml").workload
+    nemo = tmp_path / "nemo.yaml"
+    nemo.write_text("model:\n  num_attention_heads: 8\n  attention_dropout: ${oc.env:DROP}\ntrainer:\n  precision: bf16\n")
+    got = read_config(nemo)
+    assert got.kind == "nemo" and "dropout" not in got.workload and any("attention_dropout" in n for n in got.notes)
+    nemo.write_text("model:\n  num_attention_heads: 8\n  attention_dropout: 0.1\ntrainer:\n  precision: bf16\n")
+    assert read_config(nemo).workload.get("dropout") == 0.1
 
 
 def test_megatron_attention_backend_sets_the_nvte_switches_megatron_sets() -> None:
