@@ -48,8 +48,9 @@ class CudaInfo:
     driver_version: Optional[str] = None  # "550.54.15"
     driver_cuda: Optional[str] = None  # highest CUDA the driver supports: "12.4"
     runtime: Optional[str] = None  # CUDA runtime found (wheel or system), "12.4.127"
-    # the CUDA xformers' compiled extensions were built with ("12.8"), from the installed
-    # xformers/cpp_lib.json (written by its setup.py); None: xformers absent or the file unread
+    # the CUDA xformers' compiled extensions were built with ("12.8"; "rocm" or "cpu" for a build
+    # without CUDA), from the installed xformers/cpp_lib.json (written by its setup.py); None:
+    # xformers absent or the file unread
     xformers_build: Optional[str] = None
 
 

@@ -61,7 +61,7 @@ _CC = re.compile(r"^\d+\.\d+$")
 # "latest", "abc" or "" would make rules pass or fire on a version nobody has.
 VERSION_FIELDS = {
     "torch": ("version", "cuda", "hip", "cudnn_version"),
-    "cuda": ("driver_version", "driver_cuda", "runtime", "xformers_build"),
+    "cuda": ("driver_version", "driver_cuda", "runtime"),
     "cudnn": ("version", "loaded", "installed", "bundled"),
     "python": ("version",),
 }

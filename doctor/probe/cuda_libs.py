@@ -340,8 +340,9 @@ XFORMERS_BUILD_MAX_BYTES = 65536
 
 def xformers_build(module_dir: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
     """The CUDA the installed xformers' extensions were built with, from the cpp_lib.json its
-    setup.py writes next to them ({"version": {"cuda": 1208, ...}} -> "12.8"), and why not when
-    it cannot be read (None, None: xformers is not installed)."""
+    setup.py writes next to them ({"version": {"cuda": 1208, ...}} -> "12.8"; "rocm" or "cpu"
+    for a build without CUDA), and why not when it cannot be read (None, None: xformers is not
+    installed)."""
     if module_dir is None:
         return None, None
     path = Path(module_dir) / XFORMERS_BUILD_FILE
@@ -356,6 +357,12 @@ def xformers_build(module_dir: Optional[str]) -> Tuple[Optional[str], Optional[s
         cuda = json.loads(data.decode("utf-8"))["version"]["cuda"]
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         return None, f"{XFORMERS_BUILD_FILE} has no version.cuda"
+    if cuda is None:  # no CUDA: a ROCm build names its HIP, a CPU build neither
+        try:
+            hip = json.loads(data.decode("utf-8"))["version"].get("hip")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            hip = None
+        return ("rocm" if hip else "cpu"), None
     if isinstance(cuda, bool) or not isinstance(cuda, int) or cuda <= 0:
-        return None, f"{XFORMERS_BUILD_FILE}: version.cuda is {cuda!r} (a ROCm or CPU build)"
+        return None, f"{XFORMERS_BUILD_FILE}: version.cuda is {cuda!r}, not a CUDA version"
     return f"{cuda // 100}.{cuda % 100}", None

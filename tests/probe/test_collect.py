@@ -143,9 +143,12 @@ def test_an_unreadable_xformers_build_file_is_an_unknown_fact_not_an_error(site:
     add_file(site, "xformers/cpp_lib.json", "{not json")
     doc = collect(loaded=False, sources=sources(site))
     assert doc["cuda"]["xformers_build"] is None and "version.cuda" in doc["unknown"]["cuda.xformers_build"]
+    # builds without CUDA say which (XFORMERS-NEEDS-CUDA-TORCH: a CPU build loads next to a CPU torch)
     add_file(site, "xformers/cpp_lib.json", json.dumps({"version": {"cuda": None, "hip": "6.3"}}))
+    assert collect(loaded=False, sources=sources(site))["cuda"]["xformers_build"] == "rocm"
+    add_file(site, "xformers/cpp_lib.json", json.dumps({"version": {"cuda": None, "hip": None}}))
     doc = collect(loaded=False, sources=sources(site))
-    assert doc["cuda"]["xformers_build"] is None and "ROCm or CPU" in doc["unknown"]["cuda.xformers_build"]
+    assert doc["cuda"]["xformers_build"] == "cpu" and "cuda.xformers_build" not in doc["unknown"]
 
 
 def test_no_xformers_no_build_fact(site: Path) -> None:
