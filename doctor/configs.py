@@ -7,10 +7,10 @@
 | axolotl | YAML with base_model and axolotl's attention/packing keys | attention, packing, seq, dtype, CP (ring-flash-attn), FSDP/DeepSpeed, gradient accumulation |
 | llamafactory | YAML with model_name_or_path and stage/finetuning_type/template | attention, packing, seq, dtype |
 | accelerate | YAML with compute_environment / distributed_type | dtype, CP (torch ring attention) |
-| nemo | YAML with a `model:` section holding Megatron keys | heads, head dim, seq, dtype, CP (TE) |
+| nemo | YAML with a `model:` section holding Megatron keys | heads, head dim, seq, dtype, attention dropout (when set), CP (TE) |
 | deepspeed | JSON with zero_optimization / train_*batch* keys | dtype, Ulysses sequence parallel size |
 | torchtitan | TOML with [parallelism] / [training] / [model] | CP (torch ring), seq, dtype, model family |
-| megatron | a file of command-line arguments (--context-parallel-size ...) | heads, head dim, seq, dtype, CP (TE), NVTE switches |
+| megatron | a file of command-line arguments (--context-parallel-size ...) | heads, head dim, seq, dtype, attention dropout (Megatron default 0.1), CP (TE), NVTE switches |
 | te-log | TransformerEngine's NVTE_DEBUG=1 log (`Running with config={...}`) | versions, GPU, cuDNN and the call's shape |
 | requirements | pip freeze / requirements.txt / uv.lock / poetry.lock | the installed packages (a partial snapshot) |
 
@@ -184,6 +184,23 @@ def _megatron_values(t: _Taker, get: Callable[[str], Any], framework: str) -> No
     seq = get("seq_length") if get("seq_length") is not None else get("encoder_seq_length")
     if seq is not None:
         t.put("seq_length", "seq_len", t.int_("seq_length", seq))
+    drop = get("attention_dropout")
+    if drop is not None and not isinstance(drop, bool):
+        try:
+            value: Optional[float] = float(drop)
+        except (TypeError, ValueError):
+            value = None  # e.g. a NeMo interpolation (${...}): not read
+        if value is not None and not 0.0 <= value < 1.0:
+            raise t.bad("attention_dropout", drop, "expected a number in [0, 1)")
+        if value is not None:
+            t.put("attention_dropout", "dropout", value)
+        else:
+            t.notes.append(f"attention_dropout {drop!r} is not a number: attention dropout not read")
+    elif framework == "megatron":
+        # Megatron's --attention-dropout defaults to 0.1 (TransformerConfig.attention_dropout,
+        # core_v0.9.0 and core_v0.19.0), and TEDotProductAttention hands it to TE, which then
+        # drops FlashAttention 3 and 4 (dropout filter in every TE release with them)
+        t.put("--attention-dropout unset (Megatron's default)", "dropout", 0.1)
     if get("bf16") is True:
         t.put("bf16", "dtype", "bf16")
     elif get("fp16") is True:

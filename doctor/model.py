@@ -466,6 +466,20 @@ class Workload:
     def tp_local_kv_heads(self) -> int:
         return max(1, self.num_kv_heads // self.tensor_parallel)
 
+    # DeepSpeed's Ulysses under tensor parallelism (Megatron-DeepSpeed runs both): each rank hands
+    # DistributedAttention the heads of its tensor-parallel shard, tp_local_heads, not num_heads
+    @property
+    def cp_tp_local_heads_divisible(self) -> bool:
+        """tp_local_heads divisible by cp_size (the first all-to-all splits them evenly)."""
+        return self.tp_local_heads % self.context_parallel.size == 0
+
+    @property
+    def cp_tp_local_heads_per_rank_divisible(self) -> bool:
+        """(tp_local_heads // cp_size) divisible by cp_size: the head count the output
+        all-to-all receives, split again over the ranks."""
+        size = self.context_parallel.size
+        return (self.tp_local_heads // size) % size == 0
+
     @property
     def cp_seq_divisible(self) -> bool:
         size = self.context_parallel.size
@@ -512,6 +526,8 @@ WORKLOAD_DERIVED = (
     "cp_chunk_len_kv",
     "tp_local_heads",
     "tp_local_kv_heads",
+    "cp_tp_local_heads_divisible",
+    "cp_tp_local_heads_per_rank_divisible",
     "batch_heads",
     "queries_per_batch_head",
 )

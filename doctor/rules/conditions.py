@@ -281,6 +281,8 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
     if head == "imports":
         name, _, attr = rest.rpartition(".")
         st = facts.imports.get(name)
+        if attr == "tried":  # known either way: lets a rule read an import only where it was tried
+            return Value(True, st is not None)
         if st is None:
             return _unknown(path, facts, f"import of {name} was not tried")
         return Value(True, getattr(st, attr))

@@ -45,6 +45,22 @@ def test_each_kind_is_recognised_and_read(name: str, kind: str, expected: Dict[s
     assert got.took and all(" -> " in t or "package" in t for t in got.took)
 
 
+def test_megatron_attention_dropout_default_and_explicit(tmp_path: Path) -> None:
+    # Megatron's --attention-dropout defaults to 0.1, which TE's FlashAttention 3/4 refuse
+    assert read_config(DATA / "megatron-args.txt").workload.get("dropout") == 0.1
+    args = tmp_path / "args.txt"
+    args.write_text("--num-attention-heads 32 --attention-dropout 0.0 --bf16\n")
+    assert read_config(args).workload.get("dropout") == 0.0
+    # NeMo YAML: only an explicit value is taken; an interpolation is left unread
+    assert "dropout" not in read_config(DATA / "nemo-gpt.yaml").workload
+    nemo = tmp_path / "nemo.yaml"
+    nemo.write_text("model:\n  num_attention_heads: 8\n  attention_dropout: ${oc.env:DROP}\ntrainer:\n  precision: bf16\n")
+    got = read_config(nemo)
+    assert got.kind == "nemo" and "dropout" not in got.workload and any("attention_dropout" in n for n in got.notes)
+    nemo.write_text("model:\n  num_attention_heads: 8\n  attention_dropout: 0.1\ntrainer:\n  precision: bf16\n")
+    assert read_config(nemo).workload.get("dropout") == 0.1
+
+
 def test_megatron_attention_backend_sets_the_nvte_switches_megatron_sets() -> None:
     got = read_config(DATA / "megatron-args.txt")
     assert dict(got.env) == {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "1", "NVTE_UNFUSED_ATTN": "0"}

@@ -221,3 +221,16 @@ def test_a_development_snapshot_at_a_boundary_is_not_known(version: str, spec: s
     assert out.value is expected, (version, spec, out)
     if expected is None:
         assert any("development snapshot" in m and "compare with a release" in m for m in out.missing)
+
+
+def test_import_tried_is_known_where_the_status_is_not() -> None:
+    # p7-Te: `imports.<module>.tried` lets a backend rule read an import result only where the
+    # probe tried it (TE-FLASH-FA4-CUTLASS-DSL), instead of leaving the backend undecided
+    none = ctx({"packages": {}})
+    assert evaluate({"fact": "imports.flash_attn.cute.status", "eq": "error"}, none).value is None
+    assert evaluate({"fact": "imports.flash_attn.cute.tried", "eq": True}, none).value is False
+    tried = ctx({"packages": {}, "imports": {"flash_attn.cute": {"status": "error", "error": "ImportError: x"}}})
+    assert evaluate({"fact": "imports.flash_attn.cute.tried", "eq": True}, tried).value is True
+    cond = {"all": [{"fact": "imports.flash_attn.cute.tried", "eq": True}, {"fact": "imports.flash_attn.cute.status", "eq": "error"}]}
+    assert evaluate(cond, none).value is False
+    assert evaluate(cond, tried).value is True

@@ -3,6 +3,8 @@ sequence split over the context/sequence-parallel ranks."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from doctor.model import WORKLOAD_DERIVED, ContextParallel, Workload
 
 
@@ -34,9 +36,23 @@ def test_per_rank_heads_and_sequence_split() -> None:
     assert not _wl(16, 8, 8).cp_one_head_per_rank
 
 
+def test_per_rank_heads_under_tensor_parallelism() -> None:
+    # 64 heads, TP 2, 8 ranks: 32 heads per TP rank split evenly, 4 per rank after that do not
+    w = _wl(64, 64, 8)
+    assert w.cp_tp_local_heads_divisible and w.cp_tp_local_heads_per_rank_divisible  # TP 1: 8 per rank
+    w = replace(w, tensor_parallel=2)
+    assert w.cp_tp_local_heads_divisible and not w.cp_tp_local_heads_per_rank_divisible
+    # 40 heads, TP 4, 4 ranks: 10 heads per TP rank do not split over 4
+    w = _wl(40, 40, 4)
+    assert w.cp_tp_local_heads_divisible and not w.cp_tp_local_heads_per_rank_divisible
+    w = replace(w, tensor_parallel=4)
+    assert not w.cp_tp_local_heads_divisible
+
+
 def test_the_facts_are_readable_by_rules() -> None:
     for name in ("cp_heads_divisible", "cp_kv_heads_divisible", "cp_kv_heads_repeatable",
-                 "cp_local_heads_divisible", "cp_seq_divisible", "cp_one_head_per_rank"):
+                 "cp_local_heads_divisible", "cp_seq_divisible", "cp_one_head_per_rank",
+                 "cp_tp_local_heads_divisible", "cp_tp_local_heads_per_rank_divisible"):
         assert name in WORKLOAD_DERIVED
 
 
