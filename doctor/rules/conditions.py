@@ -307,11 +307,14 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
         return Value(True, None)  # torch is not installed: every torch fact is known to be absent
     if path == "torch.arch_list_probed":
         # Whether torch.cuda.get_arch_list() was read (the child probe); false for a static probe
-        # or an older snapshot, so a rule can state what a release build ships in that case.
-        return Value(True, facts.torch.arch_list is not None)
+        # or an older snapshot, so a rule can state what a release build ships in that case. An
+        # empty list is not a reading: get_arch_list() returns [] whenever is_available() is false
+        # (a driver too old, no visible device), whatever the build carries.
+        return Value(True, bool(facts.torch.arch_list))
     if path == "torch.arch_runs_gpu":
-        if facts.torch.arch_list is None or not facts.gpus:
-            return _unknown("torch.arch_list" if facts.torch.arch_list is None else "gpu.sm", facts, "not probed")
+        if not facts.torch.arch_list or not facts.gpus:
+            why = "not probed" if facts.torch.arch_list is None else "empty: torch.cuda.is_available() was false"
+            return _unknown("gpu.sm" if facts.torch.arch_list and not facts.gpus else "torch.arch_list", facts, why)
         return Value(True, all(arch_runs_on(facts.torch.arch_list, g.sm) for g in facts.gpus))
     if path == "te.fp8_attention":
         # Whether TransformerEngine's attention runs in FP8: an FP8 workload, from TE 1.6 (the

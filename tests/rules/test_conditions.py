@@ -144,8 +144,12 @@ def test_arch_list_probed_is_known_when_the_list_is_not() -> None:
     fact = {"fact": "torch.arch_list_probed", "eq": False}
     static = evaluate(fact, ctx({"torch": {"version": "2.6.0+cu124", "cuda": "12.4"}}))
     assert static.value is True  # known, not unknown: a static probe reads no arch list
-    probed = evaluate(fact, ctx({"torch": {"version": "2.6.0+cu124", "cuda": "12.4", "arch_list": []}}))
+    probed = evaluate(fact, ctx({"torch": {"version": "2.6.0+cu124", "cuda": "12.4", "arch_list": ["sm_80"]}}))
     assert probed.value is False
+    # torch.cuda.get_arch_list() returns [] whenever is_available() is false: no reading
+    empty = {"torch": {"version": "2.8.0+cu128", "cuda": "12.8", "arch_list": []}, "gpus": [{"name": "g", "compute_capability": "6.1"}]}
+    assert evaluate(fact, ctx(empty)).value is True
+    assert evaluate({"fact": "torch.arch_runs_gpu", "eq": False}, ctx(empty)).value is None
 
 
 def test_te_fp8_attention_follows_the_f16_switch_from_te_2_8() -> None:
