@@ -354,15 +354,12 @@ def xformers_build(module_dir: Optional[str]) -> Tuple[Optional[str], Optional[s
     if len(data) > XFORMERS_BUILD_MAX_BYTES:
         return None, f"{XFORMERS_BUILD_FILE} is larger than {XFORMERS_BUILD_MAX_BYTES} bytes: not read"
     try:
-        cuda = json.loads(data.decode("utf-8"))["version"]["cuda"]
+        built = json.loads(data.decode("utf-8"))["version"]
+        cuda = built["cuda"]
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         return None, f"{XFORMERS_BUILD_FILE} has no version.cuda"
-    if cuda is None:  # no CUDA: a ROCm build names its HIP, a CPU build neither
-        try:
-            hip = json.loads(data.decode("utf-8"))["version"].get("hip")
-        except (ValueError, KeyError, TypeError, AttributeError):
-            hip = None
-        return ("rocm" if hip else "cpu"), None
+    if cuda is None:  # no CUDA: a ROCm build names its HIP (from 0.0.25), a CPU build neither
+        return ("rocm" if built.get("hip") else "cpu"), None
     if isinstance(cuda, bool) or not isinstance(cuda, int) or cuda <= 0:
         return None, f"{XFORMERS_BUILD_FILE}: version.cuda is {cuda!r}, not a CUDA version"
     return f"{cuda // 100}.{cuda % 100}", None

@@ -82,7 +82,6 @@ def te_attention(workload: Workload) -> bool:
     return workload.attn_implementation not in TE_ELSEWHERE_ATTN and workload.framework not in TE_ELSEWHERE_FRAMEWORKS
 
 
-
 def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Optional[str]]] = None) -> CallPath:
     """The call path for these facts and this workload (`selections`: each framework's
     selected backend, when the engine has decided them)."""
@@ -133,10 +132,11 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         cp_impl = guess
         inferred.append("cp_impl")
     needs_mask = workload.mask == "arbitrary" or (workload.padding and workload.packing == "padded")
+    packed_mask = hf_padding_free_mask(workload, framework, library, packages)
     return CallPath(
         needs_mask=needs_mask,
-        packed_mask=hf_padding_free_mask(workload, framework, library, packages),
-        gqa_form=_gqa_form(workload, framework, library, needs_mask, packages, facts.env),
+        packed_mask=packed_mask,
+        gqa_form=_gqa_form(workload, framework, library, needs_mask or packed_mask, packages, facts.env),
         model_supports=model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None,
         model_has_fa2=model_supports(packages.get("transformers"), workload.model_type, "flash_attention_2"),
         framework=framework,
@@ -171,7 +171,7 @@ def _gqa_form(workload: Workload, framework: Optional[str], library: Optional[st
             return "enable_gqa"
         if not version_matches(tf, ">=4.54") or not version_matches(torch, ">=2.5"):
             return "repeat_kv"
-        if _hf_sdpa_mask_tensor(workload, needs_mask) or hf_padding_free_mask(workload, framework, library, packages):
+        if _hf_sdpa_mask_tensor(workload, needs_mask):
             return "repeat_kv"
         if version_matches(tf, ">=5.13") and not (workload.head_dim_qk == workload.head_dim_v <= 256):
             return "repeat_kv"
@@ -180,9 +180,8 @@ def _gqa_form(workload: Workload, framework: Optional[str], library: Optional[st
 
 
 # Models whose code never searches position_ids for packed sequences (they keep their own causal
-# mask or fill a missing attention_mask with ones), per transformers release: the same lists as
-# rules/backends/torch_sdpa.yaml &hf_sdpa_packed_search_mask (tests/rules/test_callpath_gqa_cp.py
-# checks that the two agree).
+# mask or fill a missing attention_mask with ones), per transformers release (read in the wheels;
+# docs/audit/catalogue7/part-C.md, part-W2.md).
 _NO_SEARCH_4X = frozenset((
     "bamba", "biogpt", "bloom", "codegen", "dbrx", "falcon", "falcon_h1", "gpt_neo", "gpt_neox_japanese", "gptj",
     "granitemoe", "granitemoehybrid", "granitemoeshared", "jamba", "jetmoe", "kosmos-2.5", "kosmos2_5",
