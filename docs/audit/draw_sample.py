@@ -28,6 +28,10 @@ the commit it was drawn at:
   fixes; the commits are named in sample-9.md and sample-10.md.
 - sample 11 (seed 2026112211): committed before the sixth pass (docs/audit/catalogue6/) and drawn
   after it, at the commit named in sample-11.md.
+- sample 12 (seed 2026112312): committed before the draw, drawn after the seventh pass's readings
+  (docs/audit/catalogue7/), at the commit named in sample-12.md.
+- sample 13 (seed 2026112313): committed at the start of the eighth pass (docs/audit/catalogue8/),
+  before it and before the draw; the commit it was drawn at is named in sample-13.md.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import random
 
 from doctor.rules.loader import load_catalogue
 
-SEEDS = {2: 20261122_2, 3: 20261122_3, 4: 20261122_4, 5: 20261122_5, 6: 20261122_6, 7: 20261122_7, 8: 20261122_8, 9: 20261122_9, 10: 20261122_10, 11: 20261122_11, 12: 20261123_12}
+SEEDS = {2: 20261122_2, 3: 20261122_3, 4: 20261122_4, 5: 20261122_5, 6: 20261122_6, 7: 20261122_7, 8: 20261122_8, 9: 20261122_9, 10: 20261122_10, 11: 20261122_11, 12: 20261123_12, 13: 20261123_13}
 SIZE = 30
 
 
@@ -48,7 +52,7 @@ def draw(sample: int = 3, size: int = SIZE) -> list:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sample", type=int, default=12, choices=sorted(SEEDS))
+    ap.add_argument("--sample", type=int, default=13, choices=sorted(SEEDS))
     args = ap.parse_args()
     for rule_id in draw(args.sample):
         print(rule_id)
