@@ -481,6 +481,40 @@ class Workload:
         return (self.tp_local_heads // size) % size == 0
 
     @property
+    def ulysses_kv_heads(self) -> int:
+        """The key/value heads DeepSpeed's DistributedAttention receives on one tensor-parallel rank.
+        Without tensor parallelism the caller's count (hand-written callers may pass grouped heads);
+        with it the caller is Megatron-DeepSpeed, which repeats key/value heads to the query count
+        before the all-to-all (megatron/model/transformer.py repeat_kv, a2a476e1 on), so the same
+        count as the query heads."""
+        return self.num_kv_heads if self.tensor_parallel <= 1 else self.tp_local_heads
+
+    @property
+    def cp_tp_local_kv_heads_divisible(self) -> bool:
+        """ulysses_kv_heads divisible by cp_size."""
+        return self.ulysses_kv_heads % self.context_parallel.size == 0
+
+    @property
+    def cp_tp_local_heads_below_size(self) -> bool:
+        """Fewer query heads on one tensor-parallel rank than sequence-parallel ranks."""
+        return self.tp_local_heads < self.context_parallel.size
+
+    @property
+    def cp_tp_local_kv_heads_below_size(self) -> bool:
+        """Fewer key/value heads reaching DistributedAttention (ulysses_kv_heads) than ranks."""
+        return self.ulysses_kv_heads < self.context_parallel.size
+
+    @property
+    def cp_tp_local_one_head_per_rank(self) -> bool:
+        """One query head per rank after the all-to-all, counting one tensor-parallel rank's heads."""
+        return self.tp_local_heads == self.context_parallel.size
+
+    @property
+    def ulysses_gqa(self) -> bool:
+        """Grouped key/value heads still grouped when they reach DistributedAttention."""
+        return self.ulysses_kv_heads != self.tp_local_heads
+
+    @property
     def cp_seq_divisible(self) -> bool:
         size = self.context_parallel.size
         return self.seq_len_q % size == 0 and self.seq_len_kv % size == 0
@@ -528,6 +562,12 @@ WORKLOAD_DERIVED = (
     "tp_local_kv_heads",
     "cp_tp_local_heads_divisible",
     "cp_tp_local_heads_per_rank_divisible",
+    "ulysses_kv_heads",
+    "cp_tp_local_kv_heads_divisible",
+    "cp_tp_local_heads_below_size",
+    "cp_tp_local_kv_heads_below_size",
+    "cp_tp_local_one_head_per_rank",
+    "ulysses_gqa",
     "batch_heads",
     "queries_per_batch_head",
 )

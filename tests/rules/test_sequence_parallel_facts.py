@@ -49,10 +49,29 @@ def test_per_rank_heads_under_tensor_parallelism() -> None:
     assert not w.cp_tp_local_heads_divisible
 
 
+def test_key_value_heads_megatron_deepspeed_hands_distributed_attention() -> None:
+    # without tensor parallelism the caller's grouped key/value heads reach DistributedAttention
+    w = _wl(48, 12, 8)
+    assert w.ulysses_gqa and w.ulysses_kv_heads == 12 and not w.cp_tp_local_kv_heads_divisible
+    # with it the caller is Megatron-DeepSpeed, which repeats them to one rank's query heads (24)
+    w = replace(w, tensor_parallel=2)
+    assert not w.ulysses_gqa and w.ulysses_kv_heads == 24 and w.cp_tp_local_kv_heads_divisible
+    # 8 heads, TP 2, 8 ranks: 4 heads per TP rank are fewer than the ranks (8 alone are not)
+    w = _wl(8, 8, 8)
+    assert not w.cp_tp_local_heads_below_size and w.cp_tp_local_one_head_per_rank
+    w = replace(w, tensor_parallel=2)
+    assert w.cp_tp_local_heads_below_size and w.cp_tp_local_kv_heads_below_size
+    assert not w.cp_tp_local_one_head_per_rank
+    assert replace(_wl(16, 16, 8), tensor_parallel=2).cp_tp_local_one_head_per_rank
+
+
 def test_the_facts_are_readable_by_rules() -> None:
     for name in ("cp_heads_divisible", "cp_kv_heads_divisible", "cp_kv_heads_repeatable",
                  "cp_local_heads_divisible", "cp_seq_divisible", "cp_one_head_per_rank",
-                 "cp_tp_local_heads_divisible", "cp_tp_local_heads_per_rank_divisible"):
+                 "cp_tp_local_heads_divisible", "cp_tp_local_heads_per_rank_divisible",
+                 "ulysses_kv_heads", "ulysses_gqa", "cp_tp_local_kv_heads_divisible",
+                 "cp_tp_local_heads_below_size", "cp_tp_local_kv_heads_below_size",
+                 "cp_tp_local_one_head_per_rank"):
         assert name in WORKLOAD_DERIVED
 
 
