@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from doctor.errors import InputError
+from doctor.model import ATTN_IMPLEMENTATIONS
 from doctor.versions import canonical_name, is_version
 
 MAX_BYTES = 4 * 1024 * 1024
@@ -159,6 +160,22 @@ def _accelerate(t: _Taker, doc: Mapping[str, Any]) -> None:
         if size > 1:
             t.put("parallelism_config_cp_size", "context_parallel.size", size)
             t.put("parallelism_config_cp_size", "context_parallel.impl", "torch_ring")
+    # DeepSpeed's Hugging Face Ulysses (accelerate 1.12+: sp_backend deepspeed, the only backend
+    # it accepts); `accelerate launch` hands the wrapper sp_attn_implementation, default sdpa
+    # (commands/launch.py --parallelism_config_sp_attn_implementation, 1.12.0-1.15.0)
+    if isinstance(pc, Mapping) and pc.get("parallelism_config_sp_size") is not None:
+        size = t.int_("parallelism_config_sp_size", pc["parallelism_config_sp_size"])
+        backend = pc.get("parallelism_config_sp_backend", "deepspeed")
+        if size > 1 and backend != "deepspeed":
+            raise t.bad("parallelism_config_sp_backend", backend, "expected deepspeed (the only sequence-parallel backend accelerate accepts)")
+        if size > 1:
+            attn = pc.get("parallelism_config_sp_attn_implementation") or "sdpa"
+            t.put("parallelism_config_sp_size", "context_parallel.size", size)
+            t.put("parallelism_config_sp_backend", "context_parallel.impl", "ulysses")
+            if str(attn) in ATTN_IMPLEMENTATIONS:
+                t.put("parallelism_config_sp_attn_implementation", "context_parallel.attn_implementation", str(attn))
+            else:  # e.g. a hub kernel (accelerate 1.14+): not one of transformers' built-in names
+                t.notes.append(f"parallelism_config_sp_attn_implementation {attn!r}: not a built-in attention, not read")
 
 
 _MEGATRON_CP = {"p2p": "p2p", "a2a": "a2a", "allgather": "all_gather", "all_gather": "all_gather", "a2a+p2p": "a2a+p2p"}

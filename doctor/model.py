@@ -268,6 +268,10 @@ class ContextParallel:
     size: int = 1
     comm_type: str = "p2p"
     impl: Optional[str] = None  # te | torch_ring | ulysses | ring_flash_attn; None: not stated
+    # the attention a Ulysses wrapper runs on the gathered heads (DeepSpeed's Hugging Face
+    # Ulysses: core_attn_implementation; accelerate: parallelism_config_sp_attn_implementation,
+    # which `accelerate launch` defaults to sdpa); None: not stated
+    attn_implementation: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -350,6 +354,27 @@ class Workload:
     @property
     def cp_impl(self) -> Optional[str]:
         return self.context_parallel.impl if self.context_parallel.size > 1 else None
+
+    @property
+    def cp_attn_implementation(self) -> Optional[str]:
+        """The attention the sequence-parallel wrapper runs (context_parallel.attn_implementation)."""
+        return self.context_parallel.attn_implementation if self.context_parallel.size > 1 else None
+
+    @property
+    def cp_core_attn(self) -> Optional[str]:
+        """The attention DeepSpeed's Hugging Face Ulysses is told to wrap: the stated
+        context_parallel.attn_implementation, else the model's attn_implementation (what a caller
+        of register_with_transformers normally passes as core_attn_implementation)."""
+        if self.context_parallel.size <= 1:
+            return None
+        return self.context_parallel.attn_implementation or self.attn_implementation
+
+    @property
+    def cp_attn_differs(self) -> bool:
+        """The wrapper's attention and the model's attn_implementation are both stated and differ
+        (DeepSpeed 0.19.0+ refuses that; before, an eager model bypasses the wrapper)."""
+        a, b = self.cp_attn_implementation, self.attn_implementation
+        return a is not None and b is not None and a != b
 
     @property
     def sliding_window(self) -> bool:
@@ -539,6 +564,9 @@ WORKLOAD_DERIVED = (
     "cp_size",
     "cp_comm_type",
     "cp_impl",
+    "cp_attn_implementation",
+    "cp_core_attn",
+    "cp_attn_differs",
     "sliding_window",
     "window_shorter_than_seq",
     "unused_window_shorter_than_seq",

@@ -228,12 +228,12 @@ _ALL_FIELDS = tuple(f.name for f in fields(Workload) if f.name not in ("source",
 
 
 def _cp(value: Any, path: Optional[str], line: Optional[int], base: ContextParallel = ContextParallel()) -> ContextParallel:
-    """`{size, comm_type, impl}` laid over `base` (a key not given keeps base's value)."""
+    """`{size, comm_type, impl, attn_implementation}` laid over `base` (a key not given keeps base's value)."""
     if isinstance(value, int) and not isinstance(value, bool):
         return replace(base, size=_int("context_parallel", value, path, line))
     if not isinstance(value, Mapping):
-        raise _bad("context_parallel", value, "expected {size: N, comm_type: p2p|a2a|all_gather|a2a+p2p, impl: te|torch_ring|ulysses|ring_flash_attn}", path, line)
-    unknown = set(value) - {"size", "comm_type", "impl"}
+        raise _bad("context_parallel", value, "expected {size: N, comm_type: p2p|a2a|all_gather|a2a+p2p, impl: te|torch_ring|ulysses|ring_flash_attn, attn_implementation: sdpa|...}", path, line)
+    unknown = set(value) - {"size", "comm_type", "impl", "attn_implementation"}
     if unknown:
         raise InputError(f"workload: context_parallel: unknown key {sorted(unknown)[0]!r}", path=path, line=line)
     size = _int("context_parallel.size", value.get("size", base.size), path, line)
@@ -241,7 +241,10 @@ def _cp(value: Any, path: Optional[str], line: Optional[int], base: ContextParal
     impl = value.get("impl", base.impl)
     if impl is not None:
         impl = _choice("context_parallel.impl", str(impl).replace("-", "_"), CP_IMPLS, path, line)
-    return ContextParallel(size=size, comm_type=comm, impl=impl)
+    attn = value.get("attn_implementation", base.attn_implementation)
+    if attn is not None:
+        attn = _choice("context_parallel.attn_implementation", attn, ATTN_IMPLEMENTATIONS, path, line)
+    return ContextParallel(size=size, comm_type=comm, impl=impl, attn_implementation=attn)
 
 
 def default_workload() -> Workload:

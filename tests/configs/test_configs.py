@@ -114,7 +114,7 @@ def test_a_package_list_is_checked_as_a_partial_snapshot(capsys: pytest.CaptureF
 def test_what_a_config_gave_is_in_every_format(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     args = ["--config", str(DATA / "megatron-args.txt"), "--config", str(DATA / "requirements-freeze.txt")]
     _, doc, _ = _check(capsys, *args)
-    assert doc["workload"]["context_parallel"] == {"size": 2, "comm_type": "all_gather", "impl": "te"}
+    assert doc["workload"]["context_parallel"] == {"size": 2, "comm_type": "all_gather", "impl": "te", "attn_implementation": None}
     assert doc["call_path"]["cp_impl"] == "te" and doc["call_path"]["framework"] == "megatron"
     assert any("--attention-backend" in n or "attention_backend" in n for n in doc["notes"])
     for fmt in ("text", "markdown"):
@@ -156,3 +156,25 @@ def test_package_list_and_env_together_are_refused(capsys: pytest.CaptureFixture
     assert code == 2 and "cannot be combined with --env" in err
 
 
+
+
+def test_accelerate_deepspeed_ulysses_reads_sp_size_and_the_wrapped_attention(tmp_path: Path) -> None:
+    # accelerate 1.12+: sp_size with sp_backend deepspeed is DeepSpeed's Hugging Face Ulysses;
+    # `accelerate launch` hands it sp_attn_implementation, sdpa when the config does not say
+    cfg = tmp_path / "accelerate.yaml"
+    cfg.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\nmixed_precision: bf16\n"
+                   "parallelism_config:\n  parallelism_config_sp_size: 4\n  parallelism_config_sp_backend: deepspeed\n")
+    got = read_config(cfg)
+    assert got.kind == "accelerate"
+    assert got.workload["context_parallel"] == {"size": 4, "impl": "ulysses", "attn_implementation": "sdpa"}
+    cfg.write_text("distributed_type: DEEPSPEED\nparallelism_config:\n  parallelism_config_sp_size: 2\n"
+                   "  parallelism_config_sp_attn_implementation: flash_attention_2\n")
+    assert read_config(cfg).workload["context_parallel"]["attn_implementation"] == "flash_attention_2"
+    # a hub kernel name is not one of transformers' built-in names: noted, not read
+    cfg.write_text("distributed_type: DEEPSPEED\nparallelism_config:\n  parallelism_config_sp_size: 2\n"
+                   "  parallelism_config_sp_attn_implementation: kernels-community/flash-attn2\n")
+    got = read_config(cfg)
+    assert "attn_implementation" not in got.workload["context_parallel"] and any("not read" in n for n in got.notes)
+    cfg.write_text("distributed_type: DEEPSPEED\nparallelism_config:\n  parallelism_config_sp_size: 2\n  parallelism_config_sp_backend: megatron\n")
+    with pytest.raises(InputError, match="parallelism_config_sp_backend"):
+        read_config(cfg)
