@@ -545,6 +545,13 @@ class Workload:
         return self.seq_len_q % size == 0 and self.seq_len_kv % size == 0
 
     @property
+    def cp_seq_divisible_2x(self) -> bool:
+        """The query sequence cuts into 2 x cp_size equal chunks: torch's context_parallel()
+        asserts it when load balancing is on (2.6-2.12), and from 2.13 turns load balancing off
+        for the call when it does not hold."""
+        return self.seq_len_q % (2 * max(self.context_parallel.size, 1)) == 0
+
+    @property
     def cp_chunk_len_q(self) -> int:
         """The query chunk of TE's load-balanced context parallelism: the sequence cut into
         2 x cp_size chunks (its all_gather steps run max_seqlen_q // (2 * cp_size) queries)."""
@@ -584,6 +591,7 @@ WORKLOAD_DERIVED = (
     "cp_kv_heads_repeatable",
     "cp_local_heads_divisible",
     "cp_seq_divisible",
+    "cp_seq_divisible_2x",
     "cp_chunk_len_q",
     "cp_chunk_len_kv",
     "tp_local_heads",

@@ -32,6 +32,9 @@ def test_per_rank_heads_and_sequence_split() -> None:
     assert _wl(32, 32, 4).cp_local_heads_divisible  # 8 heads per rank
     assert not _wl(32, 8, 4, seq=8191).cp_seq_divisible
     assert _wl(32, 8, 4, seq=8192).cp_seq_divisible
+    # torch's context-parallel load balancer cuts the sequence into 2 x cp_size chunks
+    assert not _wl(32, 8, 4, seq=8196).cp_seq_divisible_2x  # divisible by 4, not by 8
+    assert _wl(32, 8, 4, seq=8192).cp_seq_divisible_2x
     assert _wl(8, 8, 8).cp_one_head_per_rank  # one head per rank after the all-to-all
     assert not _wl(16, 8, 8).cp_one_head_per_rank
 
@@ -67,7 +70,7 @@ def test_key_value_heads_megatron_deepspeed_hands_distributed_attention() -> Non
 
 def test_the_facts_are_readable_by_rules() -> None:
     for name in ("cp_heads_divisible", "cp_kv_heads_divisible", "cp_kv_heads_repeatable",
-                 "cp_local_heads_divisible", "cp_seq_divisible", "cp_one_head_per_rank",
+                 "cp_local_heads_divisible", "cp_seq_divisible", "cp_seq_divisible_2x", "cp_one_head_per_rank",
                  "cp_tp_local_heads_divisible", "cp_tp_local_heads_per_rank_divisible",
                  "ulysses_kv_heads", "ulysses_gqa", "cp_tp_local_kv_heads_divisible",
                  "cp_tp_local_heads_below_size", "cp_tp_local_kv_heads_below_size",
