@@ -87,9 +87,16 @@ def resolve_wheel_fact(name: str, facts: Facts) -> "tuple[bool, Any, str]":
     # broken_wheel
     if _import_probed(facts):
         return True, False, ""
-    for broken in rel.broken_wheels:
-        if broken.torch != target.torch_mm or not version_matches(version, broken.flash_attn):
-            continue
-        if broken.cxx11_abi is None or broken.cxx11_abi == target.cxx11_abi:
-            return True, True, ""
-    return True, False, ""
+    listed = any(
+        broken.torch == target.torch_mm
+        and version_matches(version, broken.flash_attn)
+        and (broken.cxx11_abi is None or broken.cxx11_abi == target.cxx11_abi)
+        for broken in rel.broken_wheels
+    )
+    if not listed:
+        return True, False, ""
+    if version not in rel.flash_attn_wheels:
+        return False, None, f"flash-attn {version} is not in the wheel catalogue"
+    # setup.py downloads the listed wheel only where the release published one for this torch's
+    # CUDA major and CPython: a CUDA 11, ROCm or CPU torch gets none and compiles (needs_build)
+    return True, any(n.startswith("the published wheel does not import") for n in choice.notes), ""

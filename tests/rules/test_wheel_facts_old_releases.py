@@ -72,3 +72,28 @@ def test_wheel_unknown_outside_the_catalogue():
     assert not known and value is None
     assert resolve_wheel_fact("wheel", f("2.8.3", "2.9.0+cu126", "12.6")) == (True, False, "")
     assert resolve_wheel_fact("wheel", f("2.8.3", "2.8.0", "12.8")) == (True, True, "")
+
+
+def test_broken_wheel_only_where_setup_py_downloads_it():
+    """flash-attn 2.8.x's torch 2.6 cxx11abiFALSE wheels are listed as broken (#1783), but
+    setup.py downloads one only for a CUDA 12 torch (the 2.8.x matrix builds CUDA 12.9 alone):
+    torch 2.6.0+cu118 (old ABI) and a ROCm torch 2.6 get no wheel and compile instead
+    (needs_build), so the broken-wheel fact is False there; a release outside the catalogue
+    (2.8.3.post2) is unknown."""
+    def f(fa, tv, cuda, hip=None):
+        torch = {"version": tv, "cuda": cuda}
+        if hip:
+            torch["hip"] = hip
+        return facts_from_snapshot(validate_snapshot({
+            "schema_version": 1,
+            "packages": {"flash-attn": fa, "torch": tv},
+            "torch": torch,
+            "python": {"version": "3.11.9"},
+        }))
+
+    assert resolve_wheel_fact("broken_wheel", f("2.8.3", "2.6.0+cu124", "12.4")) == (True, True, "")
+    assert resolve_wheel_fact("broken_wheel", f("2.8.3", "2.6.0+cu118", "11.8")) == (True, False, "")
+    assert resolve_wheel_fact("needs_build", f("2.8.3", "2.6.0+cu118", "11.8")) == (True, True, "")
+    assert resolve_wheel_fact("broken_wheel", f("2.8.3", "2.6.0+rocm6.2.4", None, "6.2.41133"))[1] is False
+    known, value, _ = resolve_wheel_fact("broken_wheel", f("2.8.3.post2", "2.6.0+cu124", "12.4"))
+    assert not known and value is None
