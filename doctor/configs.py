@@ -242,6 +242,11 @@ def _megatron_values(t: _Taker, get: Callable[[str], Any], framework: str) -> No
             t.took.append(f"attention_backend: {b} -> " + " ".join(f"{k}={v}" for k, v in _ATTN_BACKEND_ENV[b].items()))
         elif b not in ("auto", "local"):
             raise t.bad("attention_backend", backend, "expected flash, fused, unfused, local or auto")
+        t.put("attention_backend", "attention_backend", b)
+    elif framework == "megatron":
+        # not on the command line: Megatron-Core's default (auto, 0.11 on); its check then wants
+        # NVTE_FLASH_ATTN / NVTE_FUSED_ATTN / NVTE_UNFUSED_ATTN unset or "1"
+        t.put("attention_backend (Megatron's default)", "attention_backend", "auto")
 
 
 def _megatron_args(t: _Taker, text: str) -> None:

@@ -252,6 +252,9 @@ FRAMEWORKS = (
     "custom",
 )
 PACKINGS = ("padded", "varlen", "padding_free")
+# Megatron-Core's --attention-backend (TransformerConfig.attention_backend, 0.11+; default auto):
+# which NVTE_*_ATTN values it sets, and asserts, when the model is built
+ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
 DISTRIBUTED = ("ddp", "fsdp", "deepspeed", "megatron")  # how the training loop shards the model (not who runs attention); megatron: Megatron-Core parallelism (e.g. verl's Megatron workers)
 CP_IMPLS = ("te", "torch_ring", "ulysses", "ring_flash_attn")
 ATTN_IMPLEMENTATIONS = (
@@ -318,6 +321,8 @@ class Workload:
     packing: str = "padded"  # padded | varlen | padding_free
     # tensor-parallel size (Megatron/NeMo): attention modules see num_heads/tp and num_kv_heads/tp
     tensor_parallel: int = 1
+    # Megatron-Core/NeMo --attention-backend (ATTENTION_BACKENDS); None: not stated
+    attention_backend: Optional[str] = None
     source: str = "default profile"
     defaulted: Tuple[str, ...] = ()
 

@@ -18,6 +18,7 @@ from doctor.model import (
     ATTN_IMPLEMENTATIONS,
     CP_COMM_TYPES,
     CP_IMPLS,
+    ATTENTION_BACKENDS,
     DISTRIBUTED,
     DTYPES,
     FP8_RECIPES,
@@ -69,6 +70,7 @@ KEYS = (
     "vision_tower",
     "packing",
     "tensor_parallel",
+    "attention_backend",
 )
 
 # The boolean keys: in a workload file as true/false, on the command line as --KEY / --no-KEY.
@@ -173,6 +175,8 @@ def build(
             out["fp8_recipe"] = _choice(key, value, FP8_RECIPES, path, line)
         elif key == "distributed":
             out["distributed"] = _choice(key, value, DISTRIBUTED, path, line)
+        elif key == "attention_backend":
+            out["attention_backend"] = _choice(key, str(value).split(".")[-1].lower(), ATTENTION_BACKENDS, path, line)
         elif key == "model_type":
             text = str(value).strip()
             if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", text):

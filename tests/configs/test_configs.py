@@ -178,3 +178,17 @@ def test_accelerate_deepspeed_ulysses_reads_sp_size_and_the_wrapped_attention(tm
     cfg.write_text("distributed_type: DEEPSPEED\nparallelism_config:\n  parallelism_config_sp_size: 2\n  parallelism_config_sp_backend: megatron\n")
     with pytest.raises(InputError, match="parallelism_config_sp_backend"):
         read_config(cfg)
+
+
+def test_megatron_attention_backend_is_a_workload_fact(tmp_path: Path) -> None:
+    # Megatron-Core 0.11+ asserts the NVTE_*_ATTN variables against --attention-backend, whose
+    # default is auto: the backend is recorded (stated or default) next to the variables it sets
+    args = tmp_path / "args.txt"
+    args.write_text("--num-attention-heads 32 --attention-backend fused --bf16\n")
+    got = read_config(args)
+    assert got.workload["attention_backend"] == "fused" and got.env["NVTE_FUSED_ATTN"] == "1"
+    args.write_text("--num-attention-heads 32 --bf16\n")
+    got = read_config(args)
+    assert got.workload["attention_backend"] == "auto" and not got.env
+    args.write_text("--num-attention-heads 32 --attention-backend local\n")
+    assert read_config(args).workload["attention_backend"] == "local"
