@@ -4,7 +4,7 @@
 
 | kind | recognised by | what it gives |
 |---|---|---|
-| axolotl | YAML with base_model and axolotl's attention/packing keys | attention, packing, seq, dtype, CP (ring-flash-attn), FSDP/DeepSpeed, gradient accumulation |
+| axolotl | YAML with base_model and axolotl's attention/packing keys (`attn_implementation:`, 0.17+, or the legacy flags) | attention, packing, seq, dtype, CP (ring-flash-attn), FSDP/DeepSpeed, gradient accumulation |
 | llamafactory | YAML with model_name_or_path and stage/finetuning_type/template | attention, packing, seq, dtype |
 | accelerate | YAML with compute_environment / distributed_type | dtype, CP (torch ring attention) |
 | nemo | YAML with a `model:` section holding Megatron keys | heads, head dim, seq, dtype, attention dropout (when set), CP (TE) |
@@ -99,14 +99,28 @@ def _dtype(t: _Taker, src: str, doc: Mapping[str, Any]) -> None:
 def _axolotl(t: _Taker, doc: Mapping[str, Any]) -> None:
     t.put("axolotl", "framework", "axolotl")
     impl = None
+    # `attn_implementation:` (axolotl 0.17+; 0.19 lists flash_attention_4 among its canonical
+    # names) is handed to from_pretrained as is (loaders/model.py _set_attention_config); it
+    # replaces the legacy boolean flags. Hub-kernel paths and axolotl's own backends (xformers,
+    # sage, fp8, flash_attention_torch) are not transformers built-ins: noted, not read.
+    if doc.get("attn_implementation") is not None:
+        attn = str(doc["attn_implementation"])
+        if attn in ATTN_IMPLEMENTATIONS:
+            impl = attn
+            t.put(f"attn_implementation: {attn}", "attn_implementation", attn)
+        else:
+            t.notes.append(f"attn_implementation {attn!r}: not a transformers built-in attention, not read")
     for key, value in (("flash_attention", "flash_attention_2"), ("sdp_attention", "sdpa"), ("flex_attention", "flex_attention"), ("eager_attention", "eager")):
+        if "attn_implementation" in doc and doc["attn_implementation"] is not None:
+            break
         if key in doc and doc[key] is not None and t.bool_(key, doc[key]):
             impl = value
             t.put(f"{key}: true", "attn_implementation", value)
             break
     if "sample_packing" in doc and doc["sample_packing"] is not None and t.bool_("sample_packing", doc["sample_packing"]):
         # multipack with flash-attn passes cu_seqlens; without it sequences are only concatenated
-        t.put("sample_packing: true", "packing", "varlen" if impl == "flash_attention_2" else "padding_free")
+        flash = ("flash_attention_2", "flash_attention_3", "flash_attention_4")
+        t.put("sample_packing: true", "packing", "varlen" if impl in flash else "padding_free")
     if doc.get("sequence_len") is not None:
         t.put("sequence_len", "seq_len", t.int_("sequence_len", doc["sequence_len"]))
     if doc.get("fsdp"):  # a list of FSDP options (full_shard, auto_wrap, ...)

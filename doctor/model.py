@@ -262,6 +262,7 @@ ATTN_IMPLEMENTATIONS = (
     "sdpa",
     "flash_attention_2",
     "flash_attention_3",
+    "flash_attention_4",
     "flex_attention",
 )
 

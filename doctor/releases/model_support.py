@@ -41,6 +41,17 @@ def model_supports(transformers: Optional[str], model_type: Optional[str], atten
     that release)."""
     if not transformers or not model_type or not attention:
         return None
+    if attention == "flash_attention_4":
+        # 5.4+ lets any FlashAttention version through the one merged `_supports_flash_attn`
+        # flag (_flash_attn_can_dispatch), which the table records as flash_attention_3 from
+        # 4.54; a model that picks its attention class from a `*_ATTENTION_CLASSES` dict has no
+        # key for FA4 either (the FA3 rows of REFUSED_BY_MODEL). Before 5.4 there is no FA4 at
+        # all (HF-FA4-NEEDS-5-4 says so), which is no statement about the model.
+        from doctor.versions import version_matches
+
+        if not version_matches(transformers, ">=5.4"):
+            return None
+        attention = "flash_attention_3"
     have = release(transformers)
     points = _table().get(FOLDER_OF_MODEL_TYPE.get(model_type, model_type))
     if have is None or points is None:

@@ -3,7 +3,7 @@
     framework   who dispatches attention (transformers, megatron, torchtitan, xtuner, ...)
     attention   the framework's own choice (transformers' attn_implementation: sdpa,
                 flash_attention_2, ...), when it has one
-    library     the kernel library that runs: torch-sdpa, flash-attn, flash-attn-3,
+    library     the kernel library that runs: torch-sdpa, flash-attn, flash-attn-3, flash-attn-4,
                 transformer-engine, flex, eager
     cp_impl     whose context/sequence parallelism splits the sequence: none, te, torch_ring,
                 ulysses, ring_flash_attn
@@ -61,12 +61,13 @@ LIBRARY_OF_IMPL = {
     "sdpa": "torch-sdpa",
     "flash_attention_2": "flash-attn",
     "flash_attention_3": "flash-attn-3",
+    "flash_attention_4": "flash-attn-4",
     "flex_attention": "flex",
     "eager": "eager",
 }
 # What the user states that puts another library than TE's DotProductAttention on the path: an
 # HF attn_implementation, or a framework that never calls TE's attention.
-TE_ELSEWHERE_ATTN = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
+TE_ELSEWHERE_ATTN = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flash_attention_4", "flex_attention")
 TE_ELSEWHERE_FRAMEWORKS = ("transformers", "trl", "peft", "accelerate", "axolotl", "unsloth", "diffusers", "torchtitan")
 # Models built on TE's layers and loaded through transformers (NVIDIA's bionemo-recipes checkpoints,
 # trust_remote_code: model_type nv_esm, nv_esmc, ...; their modules are te.pytorch.TransformerLayer
@@ -161,7 +162,7 @@ def _gqa_form(workload: Workload, framework: Optional[str], library: Optional[st
 
     if not workload.gqa:
         return "none"
-    if library in ("transformer-engine", "flash-attn", "flash-attn-3"):
+    if library in ("transformer-engine", "flash-attn", "flash-attn-3", "flash-attn-4"):
         return "native"
     if library == "torch-sdpa" and framework in HF_BASED:
         tf, torch = packages.get("transformers"), packages.get("torch")

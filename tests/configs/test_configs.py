@@ -45,6 +45,36 @@ def test_each_kind_is_recognised_and_read(name: str, kind: str, expected: Dict[s
     assert got.took and all(" -> " in t or "package" in t for t in got.took)
 
 
+def test_axolotl_attn_implementation_key_is_read(tmp_path: Path) -> None:
+    # axolotl 0.17+ passes `attn_implementation:` to from_pretrained; 0.19 lists flash_attention_4
+    cfg = tmp_path / "axolotl.yaml"
+    cfg.write_text("base_model: Qwen/Qwen3-8B\nattn_implementation: flash_attention_4\nsample_packing: true\nbf16: true\n")
+    got = read_config(cfg)
+    assert got.kind == "axolotl"
+    assert got.workload["attn_implementation"] == "flash_attention_4" and got.workload["packing"] == "varlen"
+    assert "attn_implementation: flash_attention_4 -> attn_implementation=flash_attention_4" in got.took
+    # it wins over a legacy flag
+    cfg.write_text("base_model: x\nattn_implementation: sdpa\nflash_attention: true\n")
+    assert read_config(cfg).workload["attn_implementation"] == "sdpa"
+    # axolotl's own backends and hub kernels are not transformers built-ins: noted, not read
+    cfg.write_text("base_model: x\nattn_implementation: xformers\n")
+    got = read_config(cfg)
+    assert "attn_implementation" not in got.workload and any("xformers" in n for n in got.notes)
+
+
+def test_workload_and_model_config_accept_flash_attention_4(tmp_path: Path) -> None:
+    # transformers 5.4+ has attn_implementation="flash_attention_4"; a workload file and a
+    # config.json's _attn_implementation name it
+    from doctor.workload import load_workload_file, workload_from_model
+
+    wl = tmp_path / "workload.yaml"
+    wl.write_text("attn_implementation: flash_attention_4\n")
+    assert load_workload_file(wl).attn_implementation == "flash_attention_4"
+    model = tmp_path / "config.json"
+    model.write_text(json.dumps({"model_type": "llama", "num_attention_heads": 32, "hidden_size": 4096, "_attn_implementation": "flash_attention_4"}))
+    assert workload_from_model(model)["attn_implementation"] == "flash_attention_4"
+
+
 def test_megatron_attention_dropout_default_and_explicit(tmp_path: Path) -> None:
     # Megatron's --attention-dropout defaults to 0.1, which TE's FlashAttention 3/4 refuse
     assert read_config(DATA / "megatron-args.txt").workload.get("dropout") == 0.1

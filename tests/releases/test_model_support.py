@@ -40,6 +40,14 @@ ROOT = Path(__file__).resolve().parents[2]
         ("4.55.4", "esm", "flash_attention_3", False),
         ("4.56.0", "esm", "flash_attention_3", True),
         ("4.57.1", "nemotron", "flash_attention_2", True),
+        # FA4 (5.4+) goes through the same merged `_supports_flash_attn` flag as FA3, and the
+        # attention-class dicts without an FA3 key have none for FA4 either
+        ("5.4.0", "llama", "flash_attention_4", True),
+        ("5.23.0", "qwen3", "flash_attention_4", True),
+        ("5.22.2", "falcon", "flash_attention_4", False),
+        ("5.23.0", "falcon", "flash_attention_4", True),
+        ("5.12.1", "nemotron", "flash_attention_4", False),
+        ("5.3.0", "llama", "flash_attention_4", None),  # no FA4 before 5.4: HF-FA4-NEEDS-5-4, not the model
         ("4.33.0", "llama", "sdpa", None),  # older than every release read
         ("4.48.0", "no_such_family", "sdpa", None),
         (None, "llama", "sdpa", None),
