@@ -412,6 +412,27 @@ class Workload:
         return left is not None and (left < 0 or self.seq_len_kv <= left)
 
     @property
+    def seq_len_kv_rank(self) -> int:
+        """The keys one rank's model forward sees: under torch context parallelism (cp_impl
+        torch_ring) the caller shards input_ids as a context_parallel buffer before the forward
+        (accelerate 1.10 maybe_context_parallel, transformers 4.57.1 Trainer
+        _prepare_context_parallel_inputs), so the model and its mask builder see
+        ceil(seq_len_kv / cp_size) tokens (the longest shard); seq_len_kv otherwise."""
+        if self.cp_impl == "torch_ring":
+            return -(-self.seq_len_kv // self.context_parallel.size)
+        return self.seq_len_kv
+
+    @property
+    def window_longer_than_rank_seq(self) -> bool:
+        """window_longer_than_seq on the keys one rank's forward sees (seq_len_kv_rank): the
+        kv_length < sliding_window test with which transformers (4.40+ _ignore_causal_mask_sdpa,
+        4.57.1 masking_utils) skips the SDPA mask. Under torch context parallelism a window longer
+        than the shard but shorter than the sequence builds no mask, and ring attention then runs
+        plain causal attention over the whole sequence. Equals window_longer_than_seq without it."""
+        left = self._window_left()
+        return left is not None and (left < 0 or self.seq_len_kv_rank <= left)
+
+    @property
     def bottom_right(self) -> bool:
         return self.mask.endswith("bottom_right")
 
@@ -584,6 +605,8 @@ WORKLOAD_DERIVED = (
     "window_shorter_than_seq",
     "unused_window_shorter_than_seq",
     "window_longer_than_seq",
+    "seq_len_kv_rank",
+    "window_longer_than_rank_seq",
     "bottom_right",
     "causal",
     "padding",

@@ -237,10 +237,13 @@ def hf_padding_free_mask(workload: Workload, framework: Optional[str], library: 
 def _hf_sdpa_mask_tensor(workload: Workload, needs_mask: bool) -> bool:
     """Whether transformers' SDPA path builds a mask tensor instead of passing is_causal
     (masking_utils._ignore_causal_mask_sdpa, 4.54.0-5.23.0): a padding or arbitrary mask, a
-    sliding window the keys reach (kv_length >= sliding_window), or more than one query row
+    sliding window the keys reach (kv_length >= sliding_window, kv_length being one rank's
+    shard under torch context parallelism), or more than one query row
     against a different number of keys."""
     if needs_mask:
         return True
-    if workload.sliding_window and not workload.window_longer_than_seq:
+    # kv_length is what one rank's forward sees: under torch context parallelism input_ids are
+    # sharded before the forward (workload.seq_len_kv_rank)
+    if workload.sliding_window and not workload.window_longer_than_rank_seq:
         return True
     return workload.seq_len_q != 1 and workload.seq_len_q != workload.seq_len_kv

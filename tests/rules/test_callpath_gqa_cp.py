@@ -28,6 +28,11 @@ GQA = {"num_heads": 32, "num_kv_heads": 8, "attn_implementation": "sdpa", "mask"
         # a sliding window the keys reach: masking_utils builds a mask tensor (kv_length >= window)
         ("4.57.1", {"window_size": [1024, 0]}, None, "repeat_kv"),
         ("4.57.1", {"window_size": [8192, 0]}, None, "enable_gqa"),
+        # under torch context parallelism the mask builder sees one rank's shard: a 4096-key
+        # window over 4096 tokens on 2 ranks (2048 per rank) builds no mask; 8192 tokens do
+        ("4.57.1", {"window_size": [4095, 0], "context_parallel": {"size": 2, "impl": "torch_ring"}}, None, "enable_gqa"),
+        ("4.57.1", {"window_size": [4095, 0], "seq_len_q": 8192, "seq_len_kv": 8192, "context_parallel": {"size": 2, "impl": "torch_ring"}}, None, "repeat_kv"),
+        ("4.57.1", {"window_size": [4095, 0], "context_parallel": {"size": 2, "impl": "te"}}, None, "repeat_kv"),
         # several query rows against another number of keys: a mask tensor
         ("4.57.1", {"seq_len_q": 1024, "seq_len_kv": 4096}, None, "repeat_kv"),
         ("4.57.1", {"seq_len_q": 1, "seq_len_kv": 4096}, None, "enable_gqa"),

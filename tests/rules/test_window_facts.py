@@ -56,3 +56,34 @@ def test_a_window_longer_than_the_keys() -> None:
     assert not _wl(None, 2048).window_longer_than_seq
     assert _wl((-1, 0), 8192).window_longer_than_seq
     assert "window_longer_than_seq" in WORKLOAD_DERIVED
+
+
+def _cp(window, seq_kv: int, size: int, impl: str = "torch_ring") -> Workload:
+    from doctor.model import ContextParallel
+
+    return Workload(window_size=window, seq_len_q=seq_kv, seq_len_kv=seq_kv,
+                    context_parallel=ContextParallel(size=size, impl=impl))
+
+
+def test_a_window_longer_than_one_ranks_shard() -> None:
+    # torch context parallelism shards input_ids before the forward: transformers' kv_length is
+    # seq_len / cp_size, so a 4096-key window over 4096 tokens on 2 ranks builds no mask
+    w = _cp((4095, 0), 4096, 2)
+    assert w.seq_len_kv_rank == 2048
+    assert w.window_longer_than_rank_seq and not w.window_longer_than_seq
+    # a window between the shard and the sequence: no mask either (the window is dropped)
+    w = _cp((3071, 0), 4096, 2)
+    assert w.window_longer_than_rank_seq and w.window_shorter_than_seq
+    # a shard as long as the window still gets a mask (kv_length == sliding_window)
+    assert not _cp((4095, 0), 8192, 2).window_longer_than_rank_seq
+    # an uneven split: the longest shard (ceil) decides
+    assert _cp((4095, 0), 8190, 2).seq_len_kv_rank == 4095
+    assert _cp((4095, 0), 8191, 2).seq_len_kv_rank == 4096
+    # other CP implementations and no CP: the whole sequence
+    assert _cp((4095, 0), 4096, 2, "te").seq_len_kv_rank == 4096
+    assert not _cp((4095, 0), 4096, 2, "te").window_longer_than_rank_seq
+    assert _wl((4095, 0), 4095).window_longer_than_rank_seq
+    assert not _wl((4095, 0), 4096).window_longer_than_rank_seq
+    assert not _wl(None, 2048).window_longer_than_rank_seq
+    assert "window_longer_than_rank_seq" in WORKLOAD_DERIVED
+    assert "seq_len_kv_rank" in WORKLOAD_DERIVED
