@@ -62,6 +62,7 @@ class WheelChoice:
     url: Optional[str] = None
     notes: Tuple[str, ...] = ()
     build: str = ""  # how to build from source when no wheel fits
+    broken: bool = False  # a wheel was published for this target but is listed as not importing
 
     @property
     def pip_command(self) -> str:
@@ -170,7 +171,7 @@ def choose_wheel(rel: ReleaseCatalogue, version: str, target: WheelTarget) -> Wh
         return WheelChoice(version, False, notes=tuple(notes + [f"flash-attn {version} has no cxx11abi{str(target.cxx11_abi).upper()} wheel for torch {target.torch_mm}; {how}"]), build=build)
     for broken in rel.broken_wheels:
         if broken.torch == target.torch_mm and version_matches(version, broken.flash_attn) and broken.cxx11_abi in (None, target.cxx11_abi):
-            return WheelChoice(version, False, notes=tuple(notes + [f"the published wheel does not import: {broken.why} ({broken.source}); {how}"]), build=build)
+            return WheelChoice(version, False, notes=tuple(notes + [f"the published wheel does not import: {broken.why} ({broken.source}); {how}"]), build=build, broken=True)
     abi = "TRUE" if target.cxx11_abi else "FALSE" if target.cxx11_abi is not None else "{TRUE|FALSE}"
     filename = f"flash_attn-{version}+cu{tag}torch{target.torch_mm}cxx11abi{abi}-{target.cp}-{target.cp}-linux_x86_64.whl"
     url = f"{RELEASES_URL}/v{version}/{filename}"

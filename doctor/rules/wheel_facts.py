@@ -99,4 +99,4 @@ def resolve_wheel_fact(name: str, facts: Facts) -> "tuple[bool, Any, str]":
         return False, None, f"flash-attn {version} is not in the wheel catalogue"
     # setup.py downloads the listed wheel only where the release published one for this torch's
     # CUDA major and CPython: a CUDA 11, ROCm or CPU torch gets none and compiles (needs_build)
-    return True, any(n.startswith("the published wheel does not import") for n in choice.notes), ""
+    return True, choice.broken, ""
