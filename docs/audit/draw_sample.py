@@ -32,6 +32,8 @@ the commit it was drawn at:
   (docs/audit/catalogue7/), at the commit named in sample-12.md.
 - sample 13 (seed 2026112313): committed at the start of the eighth pass (docs/audit/catalogue8/),
   before it and before the draw; the commit it was drawn at is named in sample-13.md.
+- sample 14 (seed 2026112314): committed at the start of the ninth pass (docs/audit/catalogue9/),
+  before it and before the draw; the commit it was drawn at is named in sample-14.md.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import random
 
 from doctor.rules.loader import load_catalogue
 
-SEEDS = {2: 20261122_2, 3: 20261122_3, 4: 20261122_4, 5: 20261122_5, 6: 20261122_6, 7: 20261122_7, 8: 20261122_8, 9: 20261122_9, 10: 20261122_10, 11: 20261122_11, 12: 20261123_12, 13: 20261123_13}
+SEEDS = {2: 20261122_2, 3: 20261122_3, 4: 20261122_4, 5: 20261122_5, 6: 20261122_6, 7: 20261122_7, 8: 20261122_8, 9: 20261122_9, 10: 20261122_10, 11: 20261122_11, 12: 20261123_12, 13: 20261123_13, 14: 20261123_14}
 SIZE = 30
 
 
@@ -52,7 +54,7 @@ def draw(sample: int = 3, size: int = SIZE) -> list:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sample", type=int, default=13, choices=sorted(SEEDS))
+    ap.add_argument("--sample", type=int, default=14, choices=sorted(SEEDS))
     args = ap.parse_args()
     for rule_id in draw(args.sample):
         print(rule_id)
