@@ -73,6 +73,15 @@ class _Taker:
             raise self.bad(key, value, "expected a positive integer")
         return int(value)
 
+    def attention(self, src: str, key: str, value: Any) -> bool:
+        """Take an attention name that is one of transformers' built-ins; note any other (a Hub
+        kernel path, a framework's own backend) as not read. True when taken."""
+        if str(value) in ATTN_IMPLEMENTATIONS:
+            self.put(src, key, str(value))
+            return True
+        self.notes.append(f"{src.split(':')[0]} {str(value)!r}: not a transformers built-in attention, not read")
+        return False
+
     def bool_(self, key: str, value: Any) -> bool:
         if isinstance(value, bool):
             return value
@@ -105,18 +114,14 @@ def _axolotl(t: _Taker, doc: Mapping[str, Any]) -> None:
     # sage, fp8, flash_attention_torch) are not transformers built-ins: noted, not read.
     if doc.get("attn_implementation") is not None:
         attn = str(doc["attn_implementation"])
-        if attn in ATTN_IMPLEMENTATIONS:
+        if t.attention(f"attn_implementation: {attn}", "attn_implementation", attn):
             impl = attn
-            t.put(f"attn_implementation: {attn}", "attn_implementation", attn)
-        else:
-            t.notes.append(f"attn_implementation {attn!r}: not a transformers built-in attention, not read")
-    for key, value in (("flash_attention", "flash_attention_2"), ("sdp_attention", "sdpa"), ("flex_attention", "flex_attention"), ("eager_attention", "eager")):
-        if "attn_implementation" in doc and doc["attn_implementation"] is not None:
-            break
-        if key in doc and doc[key] is not None and t.bool_(key, doc[key]):
-            impl = value
-            t.put(f"{key}: true", "attn_implementation", value)
-            break
+    else:
+        for key, value in (("flash_attention", "flash_attention_2"), ("sdp_attention", "sdpa"), ("flex_attention", "flex_attention"), ("eager_attention", "eager")):
+            if key in doc and doc[key] is not None and t.bool_(key, doc[key]):
+                impl = value
+                t.put(f"{key}: true", "attn_implementation", value)
+                break
     if "sample_packing" in doc and doc["sample_packing"] is not None and t.bool_("sample_packing", doc["sample_packing"]):
         # multipack with flash-attn passes cu_seqlens; without it sequences are only concatenated
         flash = ("flash_attention_2", "flash_attention_3", "flash_attention_4")
@@ -186,10 +191,8 @@ def _accelerate(t: _Taker, doc: Mapping[str, Any]) -> None:
             attn = pc.get("parallelism_config_sp_attn_implementation") or "sdpa"
             t.put("parallelism_config_sp_size", "context_parallel.size", size)
             t.put("parallelism_config_sp_backend", "context_parallel.impl", "ulysses")
-            if str(attn) in ATTN_IMPLEMENTATIONS:
-                t.put("parallelism_config_sp_attn_implementation", "context_parallel.attn_implementation", str(attn))
-            else:  # e.g. a hub kernel (accelerate 1.14+): not one of transformers' built-in names
-                t.notes.append(f"parallelism_config_sp_attn_implementation {attn!r}: not a built-in attention, not read")
+            # a Hub kernel (accelerate 1.14+) is not one of transformers' built-in names: noted
+            t.attention("parallelism_config_sp_attn_implementation", "context_parallel.attn_implementation", attn)
 
 
 _MEGATRON_CP = {"p2p": "p2p", "a2a": "a2a", "allgather": "all_gather", "all_gather": "all_gather", "a2a+p2p": "a2a+p2p"}
