@@ -115,14 +115,22 @@ def version_matches(version: str, spec: str) -> bool:
 
 
 def version_verdict(version: str, spec: str) -> Optional[bool]:
-    """`version_matches`, except for a development snapshot with a build label (2.9.0.dev0+g1a2b3c,
-    a source build between two releases; 2.6.0.dev20241112+cu124, a nightly), which
-    `version_matches` reads as release X: where the answer depends on that, i.e. reading it as
-    release X and as a build before X disagree, None (whether the snapshot has the change made at
-    X is not known). Without a label (0.9.2.dev0) PEP 440 already keeps it on neither side of X; a
-    spec that names a pre-release itself (>=0.9.2.dev0) is taken as written."""
+    """`version_matches`, except for a build made before release X and named after it, where the
+    answer depends on that (reading it as release X and as a build before X disagree): then None
+    (whether it has the change made at X is not known). Such builds are development snapshots
+    with a build label (2.9.0.dev0+g1a2b3c, a source build between two releases;
+    2.6.0.dev20241112+cu124, a nightly), and alpha, beta and release-candidate pre-releases
+    without one (5.0.0rc1, 3.0.0b2), which PEP 440 would keep on neither side of X, so that a
+    rule bounded at X would stay silent on both sides. A spec that names a pre-release itself (>=0.9.2.dev0) is
+    taken as written; an NGC-style pre-release with a local label (2.3.0a0+6ddf5cf.nv24.04) is
+    that release as shipped (`version_matches`)."""
     v = parse_version(version)
-    if v is None or v.dev is None or not v.local:
+    if v is None:
+        return version_matches(version, spec)
+    snapshot = v.dev is not None and bool(v.local)
+    pre = v.pre is not None and not v.local  # a1 / b2 / rc1; a bare .devN is a build of its own
+    # (xformers publishes 0.0.35.dev1147 to PyPI; a source tree says 0.9.2.dev0 for months): as PEP 440
+    if not (snapshot or pre):
         return version_matches(version, spec)
     clauses = parse_spec(spec)
     if any(not t.endswith(".*") and Version(t).is_prerelease for _, t in clauses):

@@ -536,7 +536,8 @@ def _compile(cond: Mapping[str, Any]) -> Compiled:
                     return FALSE
                 verdict = version_verdict(v.value, spec)
                 if verdict is None:
-                    return Outcome(None, (f"{cond['package']} {v.value} is a development snapshot of {release(v.value)}: "
+                    kind = "development snapshot" if "+" in v.value else "pre-release"
+                    return Outcome(None, (f"{cond['package']} {v.value} is a {kind} of {release(v.value)}: "
                                           f"whether it has the change at {spec} is not known (compare with a release)",))
                 return TRUE if verdict else FALSE
             return TRUE

@@ -211,16 +211,24 @@ def test_conditions_built_on_the_fly_do_not_grow_the_compiled_cache_without_boun
         ("2.6.0.dev20241112+cu124", ">=2.5,<2.7", True),
         ("2.9.0", ">=2.9", True),  # releases and NGC pre-releases as before
         ("2.3.0a0+6ddf5cf.nv24.04", ">=2.3", True),
-        ("0.9.2.dev0", "<0.9.2", False),  # no build label: PEP 440 keeps it on neither side
+        # a bare .devN is a build of its own (xformers publishes 0.0.35.dev1147): as PEP 440
+        ("0.9.2.dev0", "<0.9.2", False),
+        ("0.0.35.dev1147", ">=0.0.34", True),
+        ("5.0.0rc1", ">=5.0", None),  # a release candidate of a boundary release
+        ("5.0.0rc1", "<5.0", None),
+        ("5.0.0rc1", ">=4.57,<5.1", True),  # inside the range either way
+        ("3.0.0b2", "<2.8", False),
+        ("3.0.0b1", "<3.0.0rc0", True),  # a spec naming a pre-release: as written
         ("0.9.2.dev0+g1", ">=0.9.2.dev0,<0.9.3", True),  # a spec naming the pre-release is taken as written
     ],
 )
-def test_a_development_snapshot_at_a_boundary_is_not_known(version: str, spec: str, expected: object) -> None:
+def test_a_snapshot_or_pre_release_at_a_boundary_is_not_known(version: str, spec: str, expected: object) -> None:
     c = ctx({"packages": {"transformer-engine": version}})
     out = evaluate({"package": "transformer-engine", "version": spec}, c)
     assert out.value is expected, (version, spec, out)
     if expected is None:
-        assert any("development snapshot" in m and "compare with a release" in m for m in out.missing)
+        kind = "development snapshot" if "+" in version else "pre-release"
+        assert any(f"is a {kind} of" in m and "compare with a release" in m for m in out.missing)
 
 
 def test_import_tried_is_known_where_the_status_is_not() -> None:
