@@ -36,7 +36,7 @@ from doctor.releases.wheels import WheelChoice, choose_wheel, wheel_target
 from doctor.model import Facts, Finding, Fix, Pin, Severity, Workload
 from doctor.releases.catalogue import ReleaseCatalogue, torch_bundle
 from doctor.rules.conditions import Context
-from doctor.rules.evaluate import Diagnosis, diagnose, render
+from doctor.rules.evaluate import Diagnosis, diagnose, render, render_workload
 from doctor.rules.loader import Catalogue, Rule
 from doctor.versions import parse_version, version_matches
 
@@ -434,7 +434,10 @@ class _Planner:
                 pins=tuple(pins),
                 env={k: None if v is None else str(v) for k, v in dict(fix.env).items()},
                 cost=render(fix.cost, ctx) if fix.cost else None,
+                workload=render_workload(fix.workload, ctx),
             )
+            if not rendered.checkable:
+                continue  # its only change reads a fact not known here
             self._add(Change(rule_id, rendered, origin="rule"))
         # 2. versions generated from the release catalogue, for the packages the rule's own fixes
         #    pin and in the direction they move them (a rule that fixes by downgrading flash-attn

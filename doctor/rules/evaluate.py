@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from doctor.model import BackendStatus, Facts, Finding, FindingStatus, Severity, Workload
 from doctor.rules.callpath import CallPath, infer
 from doctor.rules.conditions import Context, Outcome, evaluate
-from doctor.rules.loader import Backend, Catalogue, Framework, Rule
+from doctor.rules.loader import WHOLE_PLACEHOLDER, Backend, Catalogue, Framework, Rule
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,26 @@ class Diagnosis:
 
 
 _PLACEHOLDER = re.compile(r"\{([a-z_]+):([^{}]+)\}|\{([A-Za-z0-9_.\-]+)\}")
+
+
+def render_workload(changes: Mapping[str, Any], ctx: Context) -> Dict[str, Any]:
+    """A fix's workload changes for these facts: a value that is one whole placeholder
+    (`num_kv_heads: "{workload.num_heads}"`, "repeat the key/value heads") takes that fact's
+    value, typed; a change whose fact is unknown or unset is left out (the fix then stays
+    advice unless it changes something else)."""
+    out: Dict[str, Any] = {}
+    for key, value in changes.items():
+        m = WHOLE_PLACEHOLDER.match(value) if isinstance(value, str) else None
+        if m is None:
+            out[key] = value
+            continue
+        try:
+            v = ctx.value(m.group(1))
+        except (KeyError, AttributeError):
+            continue
+        if v.known and v.value is not None:
+            out[key] = v.value
+    return out
 
 
 def render(template: str, ctx: Context) -> str:
@@ -266,6 +286,7 @@ def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
                         description=render(f.description, ctx),
                         cost=render(f.cost, ctx) if f.cost else None,
                         config=tuple(render(c, ctx) for c in f.config),
+                        workload=render_workload(f.workload, ctx),
                     )
                     for f in rule.fixes
                 ),

@@ -278,8 +278,15 @@ def _check_semantics(path: Path, doc: Mapping[str, Any]) -> None:
             if fix.get("workload"):
                 from doctor.workload import build
 
+                # a value that is one whole placeholder ("{workload.num_heads}") is filled in when
+                # the rule fires (doctor.rules.evaluate.render_workload); the rest is checked here
+                literal = {k: v for k, v in fix["workload"].items() if not (isinstance(v, str) and WHOLE_PLACEHOLDER.match(v))}
+                for k, v in fix["workload"].items():
+                    if k not in literal and not v.startswith("{workload."):
+                        raise _fail(path, doc, ["rules", i, "fixes", j, "workload", k], f"placeholder {v!r} reads no workload key",
+                                    hint="a fix's workload value may copy another workload key: {workload.KEY}")
                 try:
-                    build(fix["workload"], source="fix")
+                    build(literal, source="fix")
                 except InputError as exc:
                     raise _fail(path, doc, ["rules", i, "fixes", j, "workload"], exc.message, hint="workload keys as in docs/workload.md") from None
     for i, fw in enumerate(doc.get("frameworks", ()) or ()):
@@ -646,6 +653,9 @@ def _shadowed(builtin: Path, extra_files: Sequence[Path]) -> set:
                 out.add(twin.resolve())
     return out
 
+
+# a fix's workload value that is one whole placeholder, filled in when the rule fires
+WHOLE_PLACEHOLDER = re.compile(r"^\{([a-z_]+(?:\.[A-Za-z0-9_\-]+)+)\}$")
 
 _LOADED_MAX = 4  # a long-lived process (tests, cluster) that reads many rule folders keeps only the latest
 _LOADED: "Memo[str, Catalogue]" = Memo(_LOADED_MAX)  # per process, by the files' fingerprint (wherever the cache folder is)
