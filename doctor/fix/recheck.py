@@ -14,7 +14,8 @@ from typing import List, Optional, Set, Tuple
 
 from doctor.assume import apply_env, apply_pins, apply_workload
 from doctor.model import Facts, Finding, Fix, Severity, Workload
-from doctor.rules.evaluate import Diagnosis, diagnose
+from doctor.rules.conditions import Context
+from doctor.rules.evaluate import Diagnosis, diagnose, render_workload
 from doctor.rules.loader import Catalogue
 
 
@@ -50,8 +51,8 @@ def apply_fix(facts: Facts, workload: Workload, fix: Fix) -> Tuple[Facts, Worklo
         facts = apply_pins(facts, sorted(fix.pins, key=lambda p: (p.name != "torch", p.name)))
     if fix.env:
         facts = apply_env(facts, dict(fix.env))
-    if fix.workload:
-        workload = apply_workload(workload, fix.workload)
+    if fix.workload:  # a value copying another key ({workload.num_heads}) reads the workload before the fix
+        workload = apply_workload(workload, render_workload(fix.workload, Context(facts, workload)))
     return facts, workload
 
 
