@@ -744,7 +744,7 @@ class BackendStatus:
     not_covered: Optional[str] = None
 
 
-CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "needs_mask", "packed_mask", "gqa_form", "te_attention")
+CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "needs_mask", "packed_mask", "gqa_form", "te_attention", "flash_attn_direct")
 
 
 @dataclass(frozen=True)
@@ -775,6 +775,11 @@ class CallPath:
     # the model is one of NVIDIA's TE-built remote-code models (model_type nv_*). Stated facts only:
     # an inferred framework or library would hide Megatron run from a source checkout.
     te_attention: bool = True
+    # may code call flash-attn's own functions here (custom code, Megatron-DeepSpeed's
+    # FlashSelfAttention, XTuner's dispatch)? False where the workload STATES an attn_implementation
+    # or a framework that chooses attention itself (transformers and the trainers on it default to
+    # SDPA; torchtitan; Megatron-Core/NeMo go through TE). Stated facts only, like te_attention.
+    flash_attn_direct: bool = True
 
     def describe(self, packages: Optional[Mapping[str, str]] = None) -> str:
         """One line: `transformers 4.44.2 (qwen2) -> flash_attention_2 -> flash-attn 2.6.3 varlen; CP: none`."""

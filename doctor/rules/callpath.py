@@ -11,6 +11,8 @@
     packed_mask whether transformers' SDPA path turns a padding-free batch into a mask tensor
     te_attention  whether TE's DotProductAttention may run attention (false only where the
                 workload states another attention or a framework that never calls TE's)
+    flash_attn_direct  whether code may call flash-attn's functions itself (false where the
+                workload states an attn_implementation or a framework that picks attention)
 
 A field the workload states (`framework:`, `context_parallel.impl`, `packing:`,
 `attn_implementation:`) is taken as given; the others are inferred from what is installed and
@@ -73,7 +75,12 @@ TE_ELSEWHERE_FRAMEWORKS = ("transformers", "trl", "peft", "accelerate", "axolotl
 # trust_remote_code: model_type nv_esm, nv_esmc, ...; their modules are te.pytorch.TransformerLayer
 # whatever attn_implementation says) keep TE's attention on the path under any framework.
 TE_MODEL_TYPE = re.compile(r"^nv_")
-__all__ = ["FIELDS", "CallPath", "infer", "te_attention"]
+# Frameworks whose attention is chosen by the framework (an attn_implementation, TE, SDPA), so a
+# flash-attn the user has installed runs only through that choice. Not deepspeed (Megatron-DeepSpeed
+# calls flash-attn itself) or xtuner (its dispatch does).
+FA_ELSEWHERE_FRAMEWORKS = ("transformers", "trl", "peft", "accelerate", "axolotl", "unsloth", "llamafactory", "diffusers",
+                           "verl", "ms-swift", "torchtitan", "nemo", "megatron")
+__all__ = ["FIELDS", "CallPath", "flash_attn_direct", "infer", "te_attention"]
 
 
 def te_attention(workload: Workload) -> bool:
@@ -81,6 +88,11 @@ def te_attention(workload: Workload) -> bool:
     if workload.model_type and TE_MODEL_TYPE.match(workload.model_type):
         return True
     return workload.attn_implementation not in TE_ELSEWHERE_ATTN and workload.framework not in TE_ELSEWHERE_FRAMEWORKS
+
+
+def flash_attn_direct(workload: Workload) -> bool:
+    """May code call flash-attn's functions itself for this workload (stated facts only)?"""
+    return workload.attn_implementation is None and workload.framework not in FA_ELSEWHERE_FRAMEWORKS
 
 
 def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Optional[str]]] = None) -> CallPath:
@@ -147,6 +159,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         packing=workload.packing,
         model_type=workload.model_type,
         te_attention=te_attention(workload),
+        flash_attn_direct=flash_attn_direct(workload),
         inferred=tuple(inferred),
     )
 

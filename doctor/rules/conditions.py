@@ -574,8 +574,14 @@ def _evaluate_leaf(cond: Mapping[str, Any], ctx: Context) -> Outcome:
             if st.available != cond["available"]:
                 return FALSE
         if "selected" in cond:
-            # a TE backend is "selected" only where TE's attention is on the stated path (path.te_attention)
-            selected = st.selected and (st.framework != "transformer-engine" or bool(ctx.value("path.te_attention").value))
+            # a TE backend is "selected" only where TE's attention is on the stated path (path.te_attention);
+            # a flash-attn one only where code may call flash-attn itself (path.flash_attn_direct):
+            # transformers' flash_attention_2 is the transformers.* backend, not this one
+            selected = (
+                st.selected
+                and (st.framework != "transformer-engine" or bool(ctx.value("path.te_attention").value))
+                and (st.framework != "flash-attn" or bool(ctx.value("path.flash_attn_direct").value))
+            )
             if selected != cond["selected"]:
                 return FALSE
         return TRUE

@@ -242,3 +242,30 @@ def test_import_tried_is_known_where_the_status_is_not() -> None:
     cond = {"all": [{"fact": "imports.flash_attn.cute.tried", "eq": True}, {"fact": "imports.flash_attn.cute.status", "eq": "error"}]}
     assert evaluate(cond, none).value is False
     assert evaluate(cond, tried).value is True
+
+
+@pytest.mark.parametrize(
+    "workload, direct",
+    [
+        ({}, True),  # custom code: the installed flash-attn is what it calls
+        ({"framework": "deepspeed"}, True),  # Megatron-DeepSpeed's FlashSelfAttention calls it itself
+        ({"framework": "xtuner"}, True),
+        ({"framework": "transformers"}, False),  # transformers defaults to SDPA
+        ({"framework": "torchtitan"}, False),
+        ({"attn_implementation": "flash_attention_2"}, False),  # transformers.flash_attention_2's path
+    ],
+)
+def test_flash_attn_is_selected_only_where_code_may_call_it_directly(workload: dict, direct: bool) -> None:
+    # a finding about flash-attn's own kernels (the flash_attn.* backends) must not fire for a run
+    # whose stated framework picks SDPA, just because flash-attn is installed
+    from doctor.rules.cases import case_inputs
+    from doctor.rules.evaluate import diagnose
+    from doctor.rules.loader import load_catalogue
+
+    case = {"packages": {"flash-attn": "2.6.3", "torch": "2.6.0"}, "gpu": "8.0", "torch": {"version": "2.6.0", "cuda": "12.4"}, "workload": workload}
+    facts, wl = case_inputs(case)
+    d = diagnose(load_catalogue(), facts, wl)
+    assert d.path.flash_attn_direct is direct
+    assert next(b for b in d.backends if b.id == "flash_attn.fa2").selected  # the library's own pick is unchanged
+    c = Context(facts, wl, backends={b.id: b for b in d.backends}, path=d.path)
+    assert evaluate({"backend": "flash_attn.fa2", "selected": True}, c).value is direct
