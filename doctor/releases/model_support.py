@@ -101,8 +101,9 @@ REFUSED_BY_MODEL: Tuple[Tuple[str, Tuple[str, ...], str, str], ...] = (
     ("olmoe", ("flex_attention",), ">=4.48,<4.49", _TF + "v4.48.3/src/transformers/models/olmoe/modeling_olmoe.py"),
     ("phimoe", ("flex_attention",), ">=4.48,<4.49", _TF + "v4.48.3/src/transformers/models/phimoe/modeling_phimoe.py"),
     # GptOssConfig's attn_implementation setter accepts only the vllm-flash-attn3 hub kernel
-    # (5.3 replaced it with `_compatible_flash_implementations`, which redirects instead).
-    ("gpt_oss", ("flash_attention_2", "flash_attention_3"), ">=5.0,<5.3", _TF + "v5.0.0/src/transformers/models/gpt_oss/configuration_gpt_oss.py"),
+    # (5.3 replaced it with `_compatible_flash_implementations`, which redirects instead). The
+    # setter is in the 5.0.0rc2 and rc3 wheels already (not in rc0/rc1), which ">=5.0" leaves out.
+    ("gpt_oss", ("flash_attention_2", "flash_attention_3"), ">=5.0.0rc2,<5.3", _TF + "v5.0.0/src/transformers/models/gpt_oss/configuration_gpt_oss.py"),
 )
 
 

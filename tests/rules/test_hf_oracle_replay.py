@@ -66,6 +66,7 @@ def test_doctor_agrees_with_every_recorded_transformers_verdict(replay):
 # REFUSED_BY_MODEL): the finding fires inside the range and stays quiet outside it.
 FIRES = [
     ("5.0.0", "gpt_oss", "flash_attention_2"),  # GptOssConfig accepts only the vllm-flash-attn3 hub kernel
+    ("5.0.0rc2", "gpt_oss", "flash_attention_2"),  # the setter is in the rc2 wheel already
     ("5.2.0", "gpt_oss", "flash_attention_3"),
     ("4.57.1", "qwen2_moe", "flash_attention_3"),  # merged flag passes, QWEN2MOE_ATTENTION_CLASSES has no key
     ("5.22.2", "falcon", "flash_attention_3"),
@@ -73,6 +74,7 @@ FIRES = [
 ]
 PASSES = [
     ("5.3.0", "gpt_oss", "flash_attention_2"),  # from 5.3 the request is redirected to the hub kernel
+    ("5.0.0rc1", "gpt_oss", "flash_attention_2"),  # rc0/rc1 have no GptOssConfig setter yet
     ("4.57.1", "qwen2_moe", "flash_attention_2"),
     ("5.0.0", "qwen2_moe", "flash_attention_3"),  # 5.0 moved qwen2_moe to the attention-function registry
     ("5.23.0", "falcon", "flash_attention_3"),  # 5.23 maps every flash request to the FA2 class
