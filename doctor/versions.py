@@ -141,6 +141,14 @@ def version_verdict(version: str, spec: str) -> Optional[bool]:
     return as_release if as_release == as_before else None
 
 
+def version_plain(version: str, spec: str) -> bool:
+    """`spec` as a framework's own version check reads it (transformers' require_version and
+    packaging's comparison operators): plain ordering, so 0.18.0rc0 satisfies <0.18.0 and
+    0.18.0+local does not."""
+    v = parse_version(version)
+    return v is not None and all(_plain(v, op, t) for op, t in parse_spec(spec))
+
+
 def _plain(v: Version, op: str, target: str) -> bool:
     if target.endswith(".*") or op == "~=":
         return _clause(v, op, target)

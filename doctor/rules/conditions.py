@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 from doctor.memo import Memo
 from doctor.rules.callpath import FIELDS as PATH_FIELDS
 from doctor.rules.callpath import CallPath
-from doctor.versions import canonical_name, release, version_matches, version_verdict
+from doctor.versions import canonical_name, release, version_matches, version_plain, version_verdict
 from doctor.model import (
     WORKLOAD_DERIVED,
     WORKLOAD_UNKNOWN_WHEN_NONE,
@@ -524,6 +524,7 @@ def _compile(cond: Mapping[str, Any]) -> Compiled:
         path = "package." + cond["package"]
         installed = cond.get("installed")
         spec = cond.get("version")
+        plain = cond.get("compare") == "plain"
 
         def package(ctx: Context) -> Outcome:
             v = ctx.value(path)
@@ -534,7 +535,7 @@ def _compile(cond: Mapping[str, Any]) -> Compiled:
             if spec is not None:
                 if v.value is None:
                     return FALSE
-                verdict = version_verdict(v.value, spec)
+                verdict = version_plain(v.value, spec) if plain else version_verdict(v.value, spec)
                 if verdict is None:
                     kind = "development snapshot" if "+" in v.value else "pre-release"
                     return Outcome(None, (f"{cond['package']} {v.value} is a {kind} of {release(v.value)}: "

@@ -62,7 +62,9 @@ CONDITION: Dict[str, Any] = {
         _leaf("env", _compare_props),
         _leaf(
             "package",
-            {"version": {"type": "string", "minLength": 1}, "installed": {"type": "boolean"}},
+            # compare: plain -- the version as a framework's own check orders it (transformers'
+            # require_version, packaging's < and >): 0.18.0rc0 < 0.18.0, pre-releases not set apart
+            {"version": {"type": "string", "minLength": 1}, "installed": {"type": "boolean"}, "compare": {"enum": ["plain"]}},
         ),
         _leaf("backend", {"available": {"type": "boolean"}, "selected": {"type": "boolean"}}),
         _leaf("framework", {"has_backend": {"type": "boolean"}, "selects": {"type": "string"}}),
