@@ -94,8 +94,9 @@ def rebuild_fix(module: str, ctx: TorchContext, abi: Optional[bool] = None) -> s
             f"install the flash-attn wheel built for torch {xy}, {_cuda_tag(ctx)}, "
             f"cxx11abi{want_abi}, {py} (file name ends "
             f"+{_cuda_tag(ctx)}torch{xy}cxx11abi{want_abi}-{py}-{py}-linux_x86_64.whl), or build it "
-            f"against this torch: pip install --no-build-isolation --no-cache-dir "
-            f"--force-reinstall flash-attn=={ver}"
+            f"against this torch: FLASH_ATTENTION_FORCE_BUILD=TRUE pip install --no-build-isolation "
+            f"--no-cache-dir --force-reinstall flash-attn=={ver} (without the variable its setup.py "
+            f"downloads the release wheel again)"
         )
     if module == "flash_attn_interface":
         return (
