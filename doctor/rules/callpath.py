@@ -77,9 +77,16 @@ TE_ELSEWHERE_FRAMEWORKS = ("transformers", "trl", "peft", "accelerate", "axolotl
 TE_MODEL_TYPE = re.compile(r"^nv_")
 # Frameworks whose attention is chosen by the framework (an attn_implementation, TE, SDPA), so a
 # flash-attn the user has installed runs only through that choice. Not deepspeed (Megatron-DeepSpeed
-# calls flash-attn itself) or xtuner (its dispatch does).
+# calls flash-attn itself) or xtuner (its dispatch does), nor verl: its FSDP workers load the model
+# with attn_implementation="flash_attention_2" when none is configured (v0.2 .. v0.7.0
+# fsdp_workers.py) and its qwen2_vl/glm4v patches call flash_attn_varlen_func themselves.
+# unsloth calls flash_attn_func/varlen itself too, with causal=True on square training blocks and
+# dropout_p=0.0 except Granite (head_dim <= 128) (v0.1.801-beta attention_dispatch.py, models/llama.py,
+# granite.py), so no flash_attn.* finding has reached it so far. Left in although they have direct paths (legacy models only):
+# megatron (Megatron-LM's legacy FlashSelfAttention, --use-legacy-models --use-flash-attn, up to
+# core_r0.1x) and nemo (nlp/modules/common/megatron/attention.py, use_flash_attention, through v2.4.0).
 FA_ELSEWHERE_FRAMEWORKS = ("transformers", "trl", "peft", "accelerate", "axolotl", "unsloth", "llamafactory", "diffusers",
-                           "verl", "ms-swift", "torchtitan", "nemo", "megatron")
+                           "ms-swift", "torchtitan", "nemo", "megatron")
 __all__ = ["FIELDS", "CallPath", "flash_attn_direct", "infer", "te_attention"]
 
 

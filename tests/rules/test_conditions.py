@@ -250,6 +250,8 @@ def test_import_tried_is_known_where_the_status_is_not() -> None:
         ({}, True),  # custom code: the installed flash-attn is what it calls
         ({"framework": "deepspeed"}, True),  # Megatron-DeepSpeed's FlashSelfAttention calls it itself
         ({"framework": "xtuner"}, True),
+        ({"framework": "verl"}, True),  # verl's FSDP workers load flash_attention_2 when none is configured
+        ({"framework": "verl", "attn_implementation": "sdpa"}, False),
         ({"framework": "transformers"}, False),  # transformers defaults to SDPA
         ({"framework": "torchtitan"}, False),
         ({"attn_implementation": "flash_attention_2"}, False),  # transformers.flash_attention_2's path
