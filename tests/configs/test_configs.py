@@ -222,3 +222,18 @@ def test_megatron_attention_backend_is_a_workload_fact(tmp_path: Path) -> None:
     assert got.workload["attention_backend"] == "auto" and not got.env
     args.write_text("--num-attention-heads 32 --attention-backend local\n")
     assert read_config(args).workload["attention_backend"] == "local"
+
+
+def test_megatron_fp8_format_and_nemo_fp8_set_the_fp8_autocast(tmp_path: Path) -> None:
+    # TE 2.5.0 turns FusedAttention off for CP + MLA whenever FP8 autocast is on, FP8 attention or not
+    args = tmp_path / "args.txt"
+    args.write_text("--num-attention-heads 32 --bf16 --fp8-format hybrid\n")
+    assert read_config(args).workload.get("fp8") is True
+    args.write_text("--num-attention-heads 32 --bf16\n")
+    assert "fp8" not in read_config(args).workload
+    nemo = tmp_path / "nemo.yaml"
+    nemo.write_text("model:\n  num_attention_heads: 8\n  fp8: true\ntrainer:\n  precision: bf16\n")
+    assert read_config(nemo).workload.get("fp8") is True
+    args.write_text("--num-attention-heads 32 --fp8-format e5m2\n")
+    with pytest.raises(InputError, match="expected e4m3 or hybrid"):
+        read_config(args)
