@@ -242,11 +242,15 @@ def _megatron_values(t: _Taker, get: Callable[[str], Any], framework: str) -> No
     # FP8 autocast: Megatron's --fp8-format e4m3|hybrid (dest `fp8` in TransformerConfig), NeMo's
     # model.fp8: true. TE's attention filters read the autocast (TE 2.5.0's CP MLA filter) apart
     # from the recipe's fp8_dpa, which puts attention itself in FP8 (--fp8-dot-product-attention)
-    fp8 = get("fp8_format") if get("fp8_format") is not None else get("fp8")
-    if fp8 is True or (isinstance(fp8, str) and fp8.lower() in ("e4m3", "hybrid")):
-        t.put("fp8_format" if get("fp8_format") is not None else "fp8", "fp8", True)
+    fp8_key = "fp8_format" if get("fp8_format") is not None else "fp8"
+    fp8 = get(fp8_key)
+    if isinstance(fp8, str) and fp8.startswith("${"):
+        # a NeMo interpolation (${oc.env:FP8,false}): not read, as attention_dropout above
+        t.notes.append(f"{fp8_key} {fp8!r} is an interpolation: FP8 autocast not read")
+    elif fp8 is True or (isinstance(fp8, str) and fp8.lower() in ("e4m3", "hybrid", "true")):
+        t.put(fp8_key, "fp8", True)
     elif fp8 not in (None, False) and not (isinstance(fp8, str) and fp8.lower() in ("none", "false")):
-        raise t.bad("fp8_format", fp8, "expected e4m3 or hybrid")
+        raise t.bad(fp8_key, fp8, "expected e4m3 or hybrid")
     tp = get("tensor_model_parallel_size")
     if tp is not None and t.int_("tensor_model_parallel_size", tp) > 1:
         t.put("tensor_model_parallel_size", "tensor_parallel", t.int_("tensor_model_parallel_size", tp))

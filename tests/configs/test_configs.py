@@ -237,3 +237,14 @@ def test_megatron_fp8_format_and_nemo_fp8_set_the_fp8_autocast(tmp_path: Path) -
     args.write_text("--num-attention-heads 32 --fp8-format e5m2\n")
     with pytest.raises(InputError, match="expected e4m3 or hybrid"):
         read_config(args)
+
+
+def test_nemo_fp8_interpolation_is_not_read_and_a_bad_value_names_its_key(tmp_path: Path) -> None:
+    # a NeMo interpolation is left unread (as attention_dropout's), not refused as a bad format
+    nemo = tmp_path / "nemo.yaml"
+    nemo.write_text("model:\n  num_attention_heads: 8\n  fp8: ${oc.env:USE_FP8,false}\n")
+    got = read_config(nemo)
+    assert "fp8" not in got.workload
+    nemo.write_text("model:\n  num_attention_heads: 8\n  fp8: e5m2\n")
+    with pytest.raises(InputError, match="fp8='e5m2'"):
+        read_config(nemo)
