@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Tuple
 
 from packaging.version import Version
 
-from doctor.versions import release
+from doctor.versions import release, version_matches
 
 _Points = Tuple[List[Version], List[Optional[Tuple[str, ...]]]]
 
@@ -47,8 +47,6 @@ def model_supports(transformers: Optional[str], model_type: Optional[str], atten
         # 4.54; a model that picks its attention class from a `*_ATTENTION_CLASSES` dict has no
         # key for FA4 either (the FA3 rows of REFUSED_BY_MODEL). Before 5.4 there is no FA4 at
         # all (HF-FA4-NEEDS-5-4 says so), which is no statement about the model.
-        from doctor.versions import version_matches
-
         if not version_matches(transformers, ">=5.4"):
             return None
         attention = "flash_attention_3"

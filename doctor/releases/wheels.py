@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from doctor.model import Facts
-from doctor.releases.catalogue import FlashAttnBuild, ReleaseCatalogue, torch_bundle
+from doctor.releases.catalogue import BrokenWheel, FlashAttnBuild, ReleaseCatalogue, torch_bundle
 from packaging.version import Version
 
 from doctor.versions import parse_version, version_key, version_matches
@@ -145,6 +145,16 @@ def build_command(version: str) -> str:
     )
 
 
+def listed_broken(rel: ReleaseCatalogue, version: str, target: WheelTarget) -> Optional[BrokenWheel]:
+    """The catalogue's entry saying flash-attn `version`'s published wheel for this torch line
+    (and C++ ABI) does not import, if any."""
+    return next(
+        (b for b in rel.broken_wheels
+         if b.torch == target.torch_mm and version_matches(version, b.flash_attn) and b.cxx11_abi in (None, target.cxx11_abi)),
+        None,
+    )
+
+
 def choose_wheel(rel: ReleaseCatalogue, version: str, target: WheelTarget) -> WheelChoice:
     """The exact prebuilt wheel of flash-attn `version` for `target`, or why there is none."""
     build = build_command(version)
@@ -169,9 +179,9 @@ def choose_wheel(rel: ReleaseCatalogue, version: str, target: WheelTarget) -> Wh
         return WheelChoice(version, False, notes=tuple(notes + [f"flash-attn {version} has no wheel for Python {target.python} with torch {target.torch_mm} (only {', '.join(row.python)}); {how}"]), build=build)
     if target.cxx11_abi is not None and target.cxx11_abi not in row.cxx11_abi:
         return WheelChoice(version, False, notes=tuple(notes + [f"flash-attn {version} has no cxx11abi{str(target.cxx11_abi).upper()} wheel for torch {target.torch_mm}; {how}"]), build=build)
-    for broken in rel.broken_wheels:
-        if broken.torch == target.torch_mm and version_matches(version, broken.flash_attn) and broken.cxx11_abi in (None, target.cxx11_abi):
-            return WheelChoice(version, False, notes=tuple(notes + [f"the published wheel does not import: {broken.why} ({broken.source}); {how}"]), build=build, broken=True)
+    broken = listed_broken(rel, version, target)
+    if broken is not None:
+        return WheelChoice(version, False, notes=tuple(notes + [f"the published wheel does not import: {broken.why} ({broken.source}); {how}"]), build=build, broken=True)
     abi = "TRUE" if target.cxx11_abi else "FALSE" if target.cxx11_abi is not None else "{TRUE|FALSE}"
     filename = f"flash_attn-{version}+cu{tag}torch{target.torch_mm}cxx11abi{abi}-{target.cp}-{target.cp}-linux_x86_64.whl"
     url = f"{RELEASES_URL}/v{version}/{filename}"

@@ -41,9 +41,9 @@ def _import_probed(facts: Facts) -> bool:
 
 def resolve_wheel_fact(name: str, facts: Facts) -> "tuple[bool, Any, str]":
     """(known, value, reason-if-unknown) of wheels.flash-attn.<name>."""
-    from doctor.releases.wheels import build_command, choose_wheel, wheel_target
+    from doctor.releases.wheels import build_command, choose_wheel, listed_broken, wheel_target
     from doctor.releases.catalogue import load_release_catalogue
-    from doctor.versions import parse_version, version_matches
+    from doctor.versions import parse_version
 
     if name not in NAMES:
         return False, None, f"unknown wheel fact {name!r}"
@@ -87,13 +87,7 @@ def resolve_wheel_fact(name: str, facts: Facts) -> "tuple[bool, Any, str]":
     # broken_wheel
     if _import_probed(facts):
         return True, False, ""
-    listed = any(
-        broken.torch == target.torch_mm
-        and version_matches(version, broken.flash_attn)
-        and (broken.cxx11_abi is None or broken.cxx11_abi == target.cxx11_abi)
-        for broken in rel.broken_wheels
-    )
-    if not listed:
+    if listed_broken(rel, version, target) is None:
         return True, False, ""
     if version not in rel.flash_attn_wheels:
         return False, None, f"flash-attn {version} is not in the wheel catalogue"
