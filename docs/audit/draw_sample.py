@@ -34,6 +34,8 @@ the commit it was drawn at:
   before it and before the draw; the commit it was drawn at is named in sample-13.md.
 - sample 14 (seed 2026112314): committed at the start of the ninth pass (docs/audit/catalogue9/),
   before it and before the draw; the commit it was drawn at is named in sample-14.md.
+- sample 15 (seed 2026112315): committed at the start of the tenth pass (docs/audit/catalogue10/),
+  before it and before the draw; the commit it was drawn at is named in sample-15.md.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import random
 
 from doctor.rules.loader import load_catalogue
 
-SEEDS = {2: 20261122_2, 3: 20261122_3, 4: 20261122_4, 5: 20261122_5, 6: 20261122_6, 7: 20261122_7, 8: 20261122_8, 9: 20261122_9, 10: 20261122_10, 11: 20261122_11, 12: 20261123_12, 13: 20261123_13, 14: 20261123_14}
+SEEDS = {2: 20261122_2, 3: 20261122_3, 4: 20261122_4, 5: 20261122_5, 6: 20261122_6, 7: 20261122_7, 8: 20261122_8, 9: 20261122_9, 10: 20261122_10, 11: 20261122_11, 12: 20261123_12, 13: 20261123_13, 14: 20261123_14, 15: 20261123_15}
 SIZE = 30
 
 
@@ -54,7 +56,7 @@ def draw(sample: int = 3, size: int = SIZE) -> list:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sample", type=int, default=14, choices=sorted(SEEDS))
+    ap.add_argument("--sample", type=int, default=15, choices=sorted(SEEDS))
     args = ap.parse_args()
     for rule_id in draw(args.sample):
         print(rule_id)
