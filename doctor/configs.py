@@ -7,6 +7,7 @@
 | axolotl | YAML with base_model and axolotl's attention/packing keys (`attn_implementation:`, 0.17+, or the legacy flags) | attention, packing, seq, dtype, CP (ring-flash-attn), FSDP/DeepSpeed, gradient accumulation |
 | llamafactory | YAML with model_name_or_path and stage/finetuning_type/template | attention, packing, seq, dtype |
 | accelerate | YAML with compute_environment / distributed_type | dtype, CP (torch ring attention) |
+| verl | YAML with `actor_rollout_ref:` (PPO/GRPO trainer) or verl's SFT keys (`ulysses_sequence_parallel_size`, `model.partial_pretrain`) | attention (verl's FSDP workers load flash_attention_2 unless told otherwise), strategy (FSDP / Megatron workers), Ulysses size, remove-padding, seq |
 | nemo | YAML with a `model:` section holding Megatron keys | heads, head dim, seq, dtype, attention dropout (when set), CP (TE) |
 | deepspeed | JSON with zero_optimization / train_*batch* keys | dtype, Ulysses sequence parallel size |
 | torchtitan | TOML with [parallelism] / [training] / [model] | CP (torch ring), seq, dtype, model family |
@@ -65,8 +66,10 @@ class _Taker:
             self.workload[key] = value
         self.took.append(f"{src} -> {key}={value}")
 
-    def bad(self, key: str, value: Any, want: str) -> InputError:
-        return InputError(f"{key}={value!r}: {want}", path=self.path, line=self.lines.get(key.split(".")[-1]))
+    def bad(self, key: str, value: Any, want: str, section: Optional[Mapping[str, Any]] = None) -> InputError:
+        """`section`: the nested mapping that holds the key, when it is not a top-level one."""
+        lines = getattr(section, "key_lines", None) or self.lines
+        return InputError(f"{key}={value!r}: {want}", path=self.path, line=lines.get(key.split(".")[-1]))
 
     def int_(self, key: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit() or int(value) < 1:
@@ -201,6 +204,65 @@ _ATTN_BACKEND_ENV = {
     "fused": {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "1", "NVTE_UNFUSED_ATTN": "0"},
     "unfused": {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "0", "NVTE_UNFUSED_ATTN": "1"},
 }
+
+
+def _plain(t: _Taker, key: str, value: Any) -> Any:
+    """A verl/Hydra value, or None for an interpolation (${...}), which is noted as not read."""
+    if isinstance(value, str) and value.strip().startswith("${"):
+        t.notes.append(f"{key} {value!r} is an interpolation: not read")
+        return None
+    return value
+
+
+def _verl(t: _Taker, doc: Mapping[str, Any]) -> None:
+    """verl's trainer YAML (ppo_trainer.yaml and its generated form, or sft_trainer.yaml).
+
+    verl's FSDP workers load the model with attn_implementation="flash_attention_2" unless
+    `model.override_config.attn_implementation` says otherwise, which they read from v0.6.1
+    (fsdp_workers.py v0.2 .. v0.6.0 pass flash_attention_2 as such; v0.6.1 and 0.9.1's
+    workers/config/model.py take the override first; fsdp_sft_trainer.py v0.4.0 .. v0.7.0 always
+    flash_attention_2). Its Megatron workers run
+    Megatron-Core models (TE), not transformers' attention."""
+    t.put("verl", "framework", "verl")
+    ppo = isinstance(doc.get("actor_rollout_ref"), Mapping)
+    arr = _section(doc, "actor_rollout_ref")
+    model = _section(arr, "model") if ppo else _section(doc, "model")
+    actor = _section(arr, "actor") if ppo else {}
+    where = actor if ppo else model
+    strategy = _plain(t, "strategy", where.get("strategy"))
+    if strategy is not None and str(strategy) == "megatron":
+        t.put(f"strategy: {strategy}", "distributed", "megatron")
+    else:
+        if strategy is not None:
+            if str(strategy) not in ("fsdp", "fsdp2"):
+                raise t.bad("strategy", strategy, "expected fsdp, fsdp2 or megatron", where)
+            t.put(f"strategy: {strategy}", "distributed", "fsdp")
+        override = _section(model, "override_config")
+        attn = _plain(t, "attn_implementation", override.get("attn_implementation"))
+        if attn is not None:
+            if t.attention(f"override_config.attn_implementation: {attn}", "attn_implementation", str(attn)):
+                t.notes.append("verl before 0.6.1 (and its SFT trainer up to 0.7.0) loads flash_attention_2 whatever override_config.attn_implementation says")
+        else:
+            t.put("verl's FSDP workers (no attn_implementation configured)", "attn_implementation", "flash_attention_2")
+    sp_key, sp = ("actor_rollout_ref.actor.ulysses_sequence_parallel_size", actor.get("ulysses_sequence_parallel_size")) if ppo else (
+        "ulysses_sequence_parallel_size", doc.get("ulysses_sequence_parallel_size"))
+    sp = _plain(t, sp_key, sp)
+    if sp is not None and t.int_("ulysses_sequence_parallel_size", sp) > 1:
+        t.put(sp_key, "context_parallel.size", t.int_("ulysses_sequence_parallel_size", sp))
+        t.put(sp_key, "context_parallel.impl", "ulysses")
+    rp = _plain(t, "use_remove_padding", model.get("use_remove_padding") if ppo else doc.get("use_remove_padding"))
+    if rp is not None and t.bool_("use_remove_padding", rp) and t.workload.get("distributed") != "megatron":
+        flash = ("flash_attention_2", "flash_attention_3", "flash_attention_4")
+        # unpadded tokens with position ids: transformers' flash path turns them into cu_seqlens
+        t.put("use_remove_padding: true", "packing", "varlen" if t.workload.get("attn_implementation") in flash else "padding_free")
+    data = _section(doc, "data")
+    if ppo:
+        lens = [_plain(t, k, data.get(k)) for k in ("max_prompt_length", "max_response_length")]
+        if all(v is not None for v in lens):
+            t.put("data.max_prompt_length + data.max_response_length", "seq_len",
+                  t.int_("max_prompt_length", lens[0]) + t.int_("max_response_length", lens[1]))
+    elif _plain(t, "max_length", data.get("max_length")) is not None:
+        t.put("data.max_length", "seq_len", t.int_("max_length", data["max_length"]))
 
 
 def _megatron_values(t: _Taker, get: Callable[[str], Any], framework: str) -> None:
@@ -515,6 +577,12 @@ def read_config(path: Path) -> ConfigRead:
     elif fmt == "yaml" and isinstance(doc, Mapping) and "model_name_or_path" in doc and any(k in doc for k in ("stage", "finetuning_type", "template", "flash_attn")):
         _llamafactory(t, doc)
         kind = "llamafactory"
+    elif fmt == "yaml" and isinstance(doc, Mapping) and (
+        isinstance(doc.get("actor_rollout_ref"), Mapping)
+        or ("ulysses_sequence_parallel_size" in doc and isinstance(doc.get("model"), Mapping) and "partial_pretrain" in doc["model"])
+    ):
+        _verl(t, doc)
+        kind = "verl"
     elif fmt == "yaml" and isinstance(doc, Mapping) and ("compute_environment" in doc or "distributed_type" in doc):
         _accelerate(t, doc)
         kind = "accelerate"
@@ -529,7 +597,7 @@ def read_config(path: Path) -> ConfigRead:
         raise InputError(
             "not a config attn-doctor recognises",
             path=name,
-            hint="supported: axolotl/LLaMA-Factory/accelerate/NeMo YAML, DeepSpeed JSON, torchtitan TOML, Megatron arguments, "
+            hint="supported: axolotl/LLaMA-Factory/accelerate/NeMo/verl YAML, DeepSpeed JSON, torchtitan TOML, Megatron arguments, "
             "a TransformerEngine NVTE_DEBUG log, pip freeze / requirements / uv.lock / poetry.lock",
         )
     return ConfigRead(kind, name, t.workload, None, {}, t.env, tuple(t.took), tuple(t.notes))

@@ -248,3 +248,32 @@ def test_nemo_fp8_interpolation_is_not_read_and_a_bad_value_names_its_key(tmp_pa
     nemo.write_text("model:\n  num_attention_heads: 8\n  fp8: e5m2\n")
     with pytest.raises(InputError, match="fp8='e5m2'"):
         read_config(nemo)
+
+
+def test_verl_trainer_configs_give_verls_default_attention_and_ulysses(tmp_path: Path) -> None:
+    # verl's FSDP workers load flash_attention_2 unless override_config names another attention
+    got = read_config(DATA / "verl-ppo.yaml")
+    assert got.kind == "verl"
+    assert got.workload["attn_implementation"] == "flash_attention_2" and got.workload["packing"] == "varlen"
+    assert got.workload["context_parallel"] == {"size": 2, "impl": "ulysses"} and got.workload["seq_len"] == 4096
+    assert any("no attn_implementation configured" in t for t in got.took)
+    cfg = tmp_path / "ppo.yaml"
+    cfg.write_text("actor_rollout_ref:\n  model:\n    use_remove_padding: true\n    override_config:\n      attn_implementation: sdpa\n"
+                   "  actor:\n    ulysses_sequence_parallel_size: ${oc.env:SP,1}\n")
+    got = read_config(cfg)
+    assert got.workload["attn_implementation"] == "sdpa" and got.workload["packing"] == "padding_free"
+    assert "context_parallel" not in got.workload
+    assert any("interpolation" in n for n in got.notes) and any("before 0.6.1" in n for n in got.notes)
+    # Megatron workers run Megatron-Core models: no transformers attention, no packing key
+    cfg.write_text("actor_rollout_ref:\n  model:\n    use_remove_padding: true\n  actor:\n    strategy: megatron\n")
+    got = read_config(cfg)
+    assert got.workload["distributed"] == "megatron" and "attn_implementation" not in got.workload and "packing" not in got.workload
+    # the SFT trainer's own keys
+    cfg.write_text("data:\n  max_length: 2048\nmodel:\n  partial_pretrain: x\n  strategy: fsdp2\nulysses_sequence_parallel_size: 4\nuse_remove_padding: true\n")
+    got = read_config(cfg)
+    assert got.kind == "verl" and got.workload["seq_len"] == 2048 and got.workload["context_parallel"]["size"] == 4
+    # a bad value names its key and line
+    cfg.write_text("actor_rollout_ref:\n  actor:\n    strategy: tpu\n")
+    with pytest.raises(InputError) as err:
+        read_config(cfg)
+    assert "strategy" in str(err.value) and err.value.line == 3
