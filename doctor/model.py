@@ -572,6 +572,18 @@ class Workload:
         return self.seq_len_q % size == 0 and self.seq_len_kv % size == 0
 
     @property
+    def cp_seq_len_q_padded(self) -> int:
+        """seq_len_q rounded up to a multiple of cp_size (a fix that pads the sequence)."""
+        size = max(self.context_parallel.size, 1)
+        return -(-self.seq_len_q // size) * size
+
+    @property
+    def cp_seq_len_kv_padded(self) -> int:
+        """seq_len_kv rounded up to a multiple of cp_size (a fix that pads the sequence)."""
+        size = max(self.context_parallel.size, 1)
+        return -(-self.seq_len_kv // size) * size
+
+    @property
     def cp_seq_divisible_2x(self) -> bool:
         """The query sequence cuts into 2 x cp_size equal chunks: torch's context_parallel()
         asserts it when load balancing is on (2.6-2.12), and from 2.13 turns load balancing off
@@ -621,6 +633,8 @@ WORKLOAD_DERIVED = (
     "cp_local_heads_divisible",
     "cp_seq_divisible",
     "cp_seq_divisible_2x",
+    "cp_seq_len_q_padded",
+    "cp_seq_len_kv_padded",
     "cp_chunk_len_q",
     "cp_chunk_len_kv",
     "tp_local_heads",

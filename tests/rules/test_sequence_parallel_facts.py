@@ -85,3 +85,29 @@ def test_te_load_balanced_chunk_lengths() -> None:
     assert _wl(32, 8, 2, seq=4000).cp_chunk_len_kv == 1000
     assert _wl(32, 8, 8, seq=4096).cp_chunk_len_q == 256
     assert "cp_chunk_len_q" in WORKLOAD_DERIVED and "cp_chunk_len_kv" in WORKLOAD_DERIVED
+
+
+def test_padded_sequence_lengths_divide_by_any_cp_size() -> None:
+    w = _wl(32, 8, 6, seq=8191)
+    assert not w.cp_seq_divisible
+    assert w.cp_seq_len_q_padded == 8196 and w.cp_seq_len_kv_padded == 8196
+    assert _wl(32, 8, 4, seq=8192).cp_seq_len_q_padded == 8192
+    assert "cp_seq_len_q_padded" in WORKLOAD_DERIVED
+
+
+def test_ds_ulysses_pad_fix_clears_the_finding_on_six_ranks() -> None:
+    # the fix once set seq_len to a fixed 8192, which 6 ranks do not divide either
+    from doctor.fix.recheck import recheck
+    from doctor.rules.cases import case_inputs
+    from doctor.rules.evaluate import diagnose
+    from doctor.rules.loader import load_catalogue
+
+    cat = load_catalogue(use_cache=False)
+    rid = "DS-ULYSSES-SEQ-NOT-DIVISIBLE"
+    facts, wl = case_inputs({"packages": {"deepspeed": "0.16.0"},
+                             "workload": {"framework": "deepspeed", "seq_len": 8191,
+                                          "context_parallel": {"size": 6, "impl": "ulysses"}}})
+    before = diagnose(cat, facts, wl)
+    assert before.result(rid).status == "fired"
+    rule = next(r for r in cat.rules if r.id == rid)
+    assert all(recheck(cat, facts, wl, fix, (rid,), before).cleared == (rid,) for fix in rule.fixes)
