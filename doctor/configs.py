@@ -271,6 +271,10 @@ def _verl(t: _Taker, doc: Mapping[str, Any]) -> None:
         t.put(sp_key, "context_parallel.size", t.int_("ulysses_sequence_parallel_size", sp))
         t.put(sp_key, "context_parallel.impl", "ulysses")
     rp = _plain(t, "use_remove_padding", model.get("use_remove_padding") if ppo else doc.get("use_remove_padding"))
+    if ppo and "use_remove_padding" not in model and str(strategy) not in ("megatron", "torchtitan", "veomni"):
+        # model/hf_model.yaml: False at v0.6.1, True from v0.7.0 (and in 0.9.1)
+        t.notes.append("actor_rollout_ref.model.use_remove_padding is not set: verl's default is false to 0.6.x and true from 0.7.0 "
+                       "(unpadded tokens, varlen with flash_attention_2); not read")
     if rp is not None and t.bool_("use_remove_padding", rp) and str(strategy) not in ("megatron", "torchtitan", "veomni"):
         flash = ("flash_attention_2", "flash_attention_3", "flash_attention_4")
         # unpadded tokens with position ids: transformers' flash path turns them into cu_seqlens
