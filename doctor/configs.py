@@ -7,7 +7,7 @@
 | axolotl | YAML with base_model and axolotl's attention/packing keys (`attn_implementation:`, 0.17+, or the legacy flags) | attention, packing, seq, dtype, CP (ring-flash-attn), FSDP/DeepSpeed, gradient accumulation |
 | llamafactory | YAML with model_name_or_path and stage/finetuning_type/template | attention, packing, seq, dtype |
 | accelerate | YAML with compute_environment / distributed_type | dtype, CP (torch ring attention) |
-| verl | YAML with `actor_rollout_ref:` (PPO/GRPO trainer) or verl's SFT keys (`ulysses_sequence_parallel_size`, `model.partial_pretrain`) | attention (verl's FSDP workers load flash_attention_2 unless told otherwise), strategy (FSDP / Megatron workers), Ulysses size, remove-padding, seq |
+| verl | YAML with `actor_rollout_ref:` (PPO/GRPO trainer) or verl's SFT keys (`ulysses_sequence_parallel_size`, `model.partial_pretrain`) | attention (verl's FSDP workers load flash_attention_2 unless told otherwise), strategy (FSDP / Megatron workers, also from Hydra defaults; torchtitan/VeOmni noted), Ulysses size (actor or its fsdp_config), remove-padding, seq |
 | nemo | YAML with a `model:` section holding Megatron keys | heads, head dim, seq, dtype, attention dropout (when set), CP (TE) |
 | deepspeed | JSON with zero_optimization / train_*batch* keys | dtype, Ulysses sequence parallel size |
 | torchtitan | TOML with [parallelism] / [training] / [model] | CP (torch ring), seq, dtype, model family |
@@ -230,12 +230,24 @@ def _verl(t: _Taker, doc: Mapping[str, Any]) -> None:
     actor = _section(arr, "actor") if ppo else {}
     where = actor if ppo else model
     strategy = _plain(t, "strategy", where.get("strategy"))
+    if strategy is None:
+        # a Hydra file that picks its workers through `defaults:` (ppo_megatron_trainer.yaml:
+        # `actor@actor_rollout_ref.actor: megatron_actor` at v0.5-v0.7, `override model_engine:
+        # megatron` in 0.9.1) states no actor.strategy of its own
+        picked = " ".join(str(x) for e in (doc.get("defaults") or []) for x in ((*e.keys(), *e.values()) if isinstance(e, Mapping) else (e,)))
+        strategy = next((s for s in ("megatron", "torchtitan", "veomni") if s in picked), None)
+        if strategy is not None:
+            t.notes.append(f"verl strategy {strategy}: taken from the file's Hydra defaults")
     if strategy is not None and str(strategy) == "megatron":
         t.put(f"strategy: {strategy}", "distributed", "megatron")
+    elif strategy is not None and str(strategy) in ("torchtitan", "veomni"):
+        # verl 0.9's other engines: torchtitan models, or VeOmni's own attention switch
+        # (actor.veomni.attn_implementation); neither is the HF load that the FSDP workers do
+        t.notes.append(f"verl strategy {strategy}: its attention is not read")
     else:
         if strategy is not None:
             if str(strategy) not in ("fsdp", "fsdp2"):
-                raise t.bad("strategy", strategy, "expected fsdp, fsdp2 or megatron", where)
+                raise t.bad("strategy", strategy, "expected fsdp, fsdp2, megatron, torchtitan or veomni", where)
             t.put(f"strategy: {strategy}", "distributed", "fsdp")
         override = _section(model, "override_config")
         attn = _plain(t, "attn_implementation", override.get("attn_implementation"))
@@ -247,11 +259,23 @@ def _verl(t: _Taker, doc: Mapping[str, Any]) -> None:
     sp_key, sp = ("actor_rollout_ref.actor.ulysses_sequence_parallel_size", actor.get("ulysses_sequence_parallel_size")) if ppo else (
         "ulysses_sequence_parallel_size", doc.get("ulysses_sequence_parallel_size"))
     sp = _plain(t, sp_key, sp)
+    if ppo and (sp is None or t.int_("ulysses_sequence_parallel_size", sp) == 1):
+        # from v0.7 the actor-level key is deprecated for fsdp_config's, which verl's engine
+        # workers read (0.9.1 workers/config/actor.py copies an actor-level size > 1 into it)
+        fsdp_sp = _plain(t, "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
+                         _section(actor, "fsdp_config").get("ulysses_sequence_parallel_size"))
+        if fsdp_sp is not None and t.int_("ulysses_sequence_parallel_size", fsdp_sp) > 1:
+            sp_key, sp = "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size", fsdp_sp
+            t.notes.append("verl's legacy fsdp_workers (to 0.7.0) read actor.ulysses_sequence_parallel_size only; the engine workers read fsdp_config's")
     if sp is not None and t.int_("ulysses_sequence_parallel_size", sp) > 1:
         t.put(sp_key, "context_parallel.size", t.int_("ulysses_sequence_parallel_size", sp))
         t.put(sp_key, "context_parallel.impl", "ulysses")
     rp = _plain(t, "use_remove_padding", model.get("use_remove_padding") if ppo else doc.get("use_remove_padding"))
-    if rp is not None and t.bool_("use_remove_padding", rp) and t.workload.get("distributed") != "megatron":
+    if ppo and "use_remove_padding" not in model and str(strategy) not in ("megatron", "torchtitan", "veomni"):
+        # model/hf_model.yaml: False at v0.6.1, True from v0.7.0 (and in 0.9.1)
+        t.notes.append("actor_rollout_ref.model.use_remove_padding is not set: verl's default is false to 0.6.x and true from 0.7.0 "
+                       "(unpadded tokens, varlen with flash_attention_2); not read")
+    if rp is not None and t.bool_("use_remove_padding", rp) and str(strategy) not in ("megatron", "torchtitan", "veomni"):
         flash = ("flash_attention_2", "flash_attention_3", "flash_attention_4")
         # unpadded tokens with position ids: transformers' flash path turns them into cu_seqlens
         t.put("use_remove_padding: true", "packing", "varlen" if t.workload.get("attn_implementation") in flash else "padding_free")

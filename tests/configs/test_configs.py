@@ -277,3 +277,29 @@ def test_verl_trainer_configs_give_verls_default_attention_and_ulysses(tmp_path:
     with pytest.raises(InputError) as err:
         read_config(cfg)
     assert "strategy" in str(err.value) and err.value.line == 3
+
+
+def test_verl_engine_strategies_and_hydra_defaults_and_fsdp_config_ulysses(tmp_path: Path) -> None:
+    # verl 0.9.1 has torchtitan and VeOmni engines too: a valid strategy, no HF attention read
+    cfg = tmp_path / "ppo.yaml"
+    cfg.write_text("actor_rollout_ref:\n  model:\n    use_remove_padding: true\n  actor:\n    strategy: veomni\n")
+    got = read_config(cfg)
+    assert got.kind == "verl" and "attn_implementation" not in got.workload and "packing" not in got.workload
+    assert any("veomni" in n for n in got.notes)
+    # ppo_megatron_trainer.yaml picks Megatron workers through Hydra defaults, with no actor.strategy
+    cfg.write_text("defaults:\n  - actor@actor_rollout_ref.actor: megatron_actor\n  - _self_\n"
+                   "actor_rollout_ref:\n  model:\n    use_remove_padding: true\n")
+    got = read_config(cfg)
+    assert got.workload["distributed"] == "megatron" and "attn_implementation" not in got.workload
+    cfg.write_text("defaults:\n  - ppo_trainer\n  - override model_engine: megatron\n  - _self_\nactor_rollout_ref:\n  model: {}\n")
+    assert read_config(cfg).workload["distributed"] == "megatron"
+    # the engine workers' Ulysses key (fsdp_config) when the deprecated actor-level one is 1
+    cfg.write_text("actor_rollout_ref:\n  actor:\n    ulysses_sequence_parallel_size: 1\n    fsdp_config:\n      ulysses_sequence_parallel_size: 4\n")
+    got = read_config(cfg)
+    assert got.workload["context_parallel"] == {"size": 4, "impl": "ulysses"} and got.workload["attn_implementation"] == "flash_attention_2"
+    # the actor-level size > 1 wins (0.9.1 copies it into fsdp_config)
+    cfg.write_text("actor_rollout_ref:\n  actor:\n    ulysses_sequence_parallel_size: 2\n    fsdp_config:\n      ulysses_sequence_parallel_size: 4\n")
+    got = read_config(cfg)
+    assert got.workload["context_parallel"]["size"] == 2 and "packing" not in got.workload
+    # verl's remove-padding default flipped to true at 0.7.0: an unset key is noted, not guessed
+    assert any("use_remove_padding is not set" in n for n in got.notes)
