@@ -68,13 +68,14 @@ KEYS = (
     "model_type",
     "unused_sliding_window",
     "vision_tower",
+    "qkv_weight_interleaved",
     "packing",
     "tensor_parallel",
     "attention_backend",
 )
 
 # The boolean keys: in a workload file as true/false, on the command line as --KEY / --no-KEY.
-BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "sdpa_fa3", "pad_between_seqs", "xformers", "vision_tower")
+BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "sdpa_fa3", "pad_between_seqs", "xformers", "vision_tower", "qkv_weight_interleaved")
 
 _DTYPE_ALIASES = {
     "float16": "fp16",

@@ -38,3 +38,27 @@ def test_an_unknown_vision_tower_leaves_the_rule_undecided(cat) -> None:  # type
 def test_a_known_vision_tower_decides(cat) -> None:  # type: ignore[no-untyped-def]
     assert _result(cat, {"model_type": "qwen", "dtype": "fp16", "vision_tower": False}).status == "fired"
     assert _result(cat, {"model_type": "qwen", "dtype": "fp16", "vision_tower": True}).status == "passed"
+
+
+# TE 1.x's packed FP8 branch takes only NVTE_T3HD; TE's default fused QKV (qkv_weight_interleaved
+# True) is th3d. With the layout not stated TE-FUSED-FP8 must say it could not check (sample 15 row 26).
+_TE1_PACKED_FP8 = {"dtype": "fp8", "qkv_format": "thd", "qkv_packed": True, "head_dim": 64, "num_heads": 16,
+                   "num_kv_heads": 16, "seq_len": 512, "mask": "padding"}
+
+
+def _fp8(cat: Any, workload: Dict[str, Any]) -> Any:
+    facts, wl = case_inputs({"packages": {"transformer-engine": "1.11.0"}, "gpu": "9.0", "cudnn": {"version": "9.2.1"}, "workload": workload})
+    return diagnose(cat, facts, wl).result("TE-FUSED-FP8")
+
+
+def test_an_unknown_qkv_interleaving_leaves_te_fused_fp8_undecided(cat) -> None:  # type: ignore[no-untyped-def]
+    got = _fp8(cat, _TE1_PACKED_FP8)
+    assert got.status == "not_evaluated"
+    assert any("workload.qkv_weight_interleaved" in m for m in got.missing)
+
+
+def test_a_known_qkv_interleaving_decides_te_fused_fp8(cat) -> None:  # type: ignore[no-untyped-def]
+    assert _fp8(cat, {**_TE1_PACKED_FP8, "qkv_weight_interleaved": True}).status == "fired"
+    assert _fp8(cat, {**_TE1_PACKED_FP8, "qkv_weight_interleaved": False}).status == "passed"
+    # not a packed THD workload: the layout does not matter, the rule decides without it
+    assert _fp8(cat, {**_TE1_PACKED_FP8, "qkv_format": "bshd", "qkv_packed": False, "head_dim": 128, "mask": "causal"}).status == "passed"
