@@ -485,6 +485,9 @@ def _te_log(t: _Taker, text: str) -> Tuple[Dict[str, str], Dict[str, Any]]:
     if fmt in ("bshd", "sbhd", "thd"):
         t.put("qkv_layout", "qkv_format", fmt)
         t.put("qkv_layout", "qkv_packed", "3" in layout)
+        first = layout.split("_")[0]
+        if "3" in first:  # th3d/sbh3d/bsh3d: TE's interleaved split; t3hd/sb3hd/bs3hd: not
+            t.put("qkv_layout", "qkv_weight_interleaved", "h3d" in first)
     for src, key in (("batch_size", "batch_size"), ("num_heads", "num_heads"), ("num_gqa_groups", "num_kv_heads"),
                      ("max_seqlen_q", "seq_len_q"), ("max_seqlen_kv", "seq_len_kv"), ("head_dim_qk", "head_dim_qk"), ("head_dim_v", "head_dim_v")):
         if s(src) is not None and str(s(src)).isdigit():

@@ -303,3 +303,14 @@ def test_verl_engine_strategies_and_hydra_defaults_and_fsdp_config_ulysses(tmp_p
     assert got.workload["context_parallel"]["size"] == 2 and "packing" not in got.workload
     # verl's remove-padding default flipped to true at 0.7.0: an unset key is noted, not guessed
     assert any("use_remove_padding is not set" in n for n in got.notes)
+
+
+@pytest.mark.parametrize("layout,interleaved", [("th3d", True), ("t3hd", False), ("sbh3d", True), ("bs3hd", False), ("thd_thd_thd", None)])
+def test_te_log_layout_says_how_a_packed_qkv_was_split(layout: str, interleaved: Any, tmp_path: Path) -> None:
+    # TE 1.x's packed-thd FP8 kernel takes only t3hd: th3d (TE's default interleaved split) must be told apart
+    text = (DATA / "te-debug.log").read_text().replace("'qkv_layout': 'thd_thd_thd'", f"'qkv_layout': '{layout}'")
+    log = tmp_path / "te.log"
+    log.write_text(text)
+    got = read_config(log)
+    assert got.workload.get("qkv_weight_interleaved") == interleaved
+    assert got.workload["qkv_packed"] == (interleaved is not None)
