@@ -615,3 +615,43 @@ def _evaluate_leaf(cond: Mapping[str, Any], ctx: Context) -> Outcome:
                 return FALSE
         return TRUE
     raise KeyError(f"not a condition: {sorted(cond)}")
+
+
+# --------------------------------------------------------------------------- for people
+
+_OP_WORDS = {"eq": "=", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "in": "in", "not_in": "not in",
+             "version": "", "matches": "matches", "multiple_of": "a multiple of"}
+
+
+def describe(cond: Any) -> str:
+    """A condition in one line for a reader ("platform.os = linux and gpu.sm >= 80")."""
+    if not isinstance(cond, Mapping):
+        return str(cond)
+    if "all" in cond:
+        return " and ".join(_grouped(c) for c in cond["all"])
+    if "any" in cond:
+        return " or ".join(_grouped(c) for c in cond["any"])
+    if "not" in cond:
+        return f"not ({describe(cond['not'])})"
+    subject = next((str(cond[k]) for k in ("fact", "env", "package", "backend", "framework") if k in cond), "?")
+    if "package" in cond and "installed" in cond:
+        return f"{subject} {'installed' if cond['installed'] else 'not installed'}"
+    if "is_set" in cond:
+        return f"{subject} {'set' if cond['is_set'] else 'not set'}"
+    for key in ("available", "selected", "has_backend"):
+        if key in cond:
+            return f"{subject} {key.replace('_', ' ')}" if cond[key] else f"{subject} not {key.replace('_', ' ')}"
+    if "selects" in cond:
+        return f"{subject} selects {cond['selects']}"
+    parts = []
+    for op, word in _OP_WORDS.items():
+        if op in cond:
+            val = cond[op]
+            shown = ", ".join(str(v) for v in val) if isinstance(val, list) else str(val)
+            parts.append(f"{subject}{shown}" if op == "version" else f"{subject} {word} {shown}")
+    return " and ".join(parts) or subject
+
+
+def _grouped(cond: Any) -> str:
+    text = describe(cond)
+    return f"({text})" if isinstance(cond, Mapping) and ("all" in cond or "any" in cond) else text

@@ -120,3 +120,16 @@ def test_probe_records_platform_that_rules_read() -> None:
     info = PlatformInfo(host.os, host.arch, host.libc)
     assert info.system == pyplatform.system().lower()
     assert info.machine in ("x86_64", "aarch64", "ppc64le", pyplatform.machine().lower())
+
+
+def test_undecided_fix_note_says_what_it_is_for(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from doctor.report.render import unsure_note
+
+    cat = _cat(tmp_path)
+    d = diagnose(cat, facts_from_snapshot({"packages": {"flash-attn": "2.7.4"}, "env": {}}, source="t"), default_workload())
+    (finding,) = [f for f in d.findings if f.rule_id == "MY-WHEEL"]
+    note = unsure_note(finding.fixes[1])
+    assert note.startswith("it is for platform.os = linux and platform.arch = x86_64; could not check platform.")
+    assert unsure_note(replace(finding.fixes[1], unsure=("gpu.sm: no GPU found",))).endswith("could not check gpu.sm: no GPU found")
