@@ -52,6 +52,9 @@ class CudaInfo:
     # without CUDA), from the installed xformers/cpp_lib.json (written by its setup.py); None:
     # xformers absent or the file unread
     xformers_build: Optional[str] = None
+    # the GPU code in the installed flash-attn's extension (flash_attn_2_cuda), read from its
+    # .nv_fatbin section (doctor.probe.fatbin): "sm_80", "compute_90", as torch.arch_list
+    flash_attn_archs: Optional[Tuple[str, ...]] = None
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ FACT_PATHS = frozenset(
     + [f"cuda.{f.name}" for f in fields(CudaInfo)]
     + [f"cudnn.{f.name}" for f in fields(CudnnInfo) if f.name != "search"]  # search: read by te.cudnn_*
     + ["cudnn.installed_is_bundled", "cudnn.loaded_incompatible", "cuda.driver_behind", "torch.arch_runs_gpu", "torch.arch_list_probed"]
+    + ["flash_attn.arch_runs_gpu", "flash_attn.archs_probed"]
     + ["te.fp8_recipe", "te.fp8_attention", "te.cudnn_first_2_4", "te.cudnn_first_2_11", "te.cudnn_file"]
     + ["flash_attn.build"]
     + ["gpu.sm", "gpu.sm_max", "gpu.name", "gpu.count", "gpu.memory_mib", "python.version", "python.implementation"]
@@ -312,6 +313,13 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
         # empty list is not a reading: get_arch_list() returns [] whenever is_available() is false
         # (a driver too old, no visible device), whatever the build carries.
         return Value(True, bool(facts.torch.arch_list))
+    if path == "flash_attn.archs_probed":
+        # the installed flash-attn's extension was read for its GPU code (cuda.flash_attn_archs)
+        return Value(True, bool(facts.cuda.flash_attn_archs))
+    if path == "flash_attn.arch_runs_gpu":
+        if not facts.cuda.flash_attn_archs or not facts.gpus:
+            return _unknown("gpu.sm" if facts.cuda.flash_attn_archs else "cuda.flash_attn_archs", facts, "not probed")
+        return Value(True, all(arch_runs_on(facts.cuda.flash_attn_archs, g.sm) for g in facts.gpus))
     if path == "torch.arch_runs_gpu":
         if not facts.torch.arch_list or not facts.gpus:
             why = "not probed" if facts.torch.arch_list is None else "empty: torch.cuda.is_available() was false"
