@@ -277,7 +277,7 @@ def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[s
         if ext is None:
             notes.unknown["cuda.flash_attn_archs"] = "no flash_attn_2_cuda extension on the path"
         else:
-            fa_archs, why = fatbin.archs(ext)
+            fa_archs, why = fatbin.cached_archs(ext, src.cache_dir)
             cuda_section["flash_attn_archs"] = list(fa_archs) if fa_archs else None
             if why:
                 notes.unknown["cuda.flash_attn_archs"] = why

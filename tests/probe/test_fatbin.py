@@ -93,3 +93,19 @@ def test_blackwell_rule_reads_the_extension_when_it_was_read() -> None:
     assert _fires(_snapshot(["sm_80", "sm_90"]), rule) == "fired"
     # not read: the assumption from the torch build stands
     assert _fires(_snapshot(None), rule) == "fired"
+
+
+def test_cache_answers_until_the_file_changes(tmp_path: Path) -> None:
+    import os
+
+    from doctor.probe.fatbin import cached_archs
+
+    so = tmp_path / "ext.so"
+    so.write_bytes(_elf(_container([(2, 80)])))
+    cache = tmp_path / "cache"
+    assert cached_archs(str(so), cache) == (("sm_80",), None)
+    assert len(list(cache.glob("fatbin-*.json"))) == 1
+    # a rebuilt extension (new size and mtime) is read again, not answered from the cache
+    so.write_bytes(_elf(_container([(2, 80), (2, 120)])))
+    os.utime(so, ns=(1, 2))
+    assert cached_archs(str(so), cache) == (("sm_80", "sm_120"), None)
