@@ -101,6 +101,12 @@ def _clause(v: Version, op: str, target: str) -> bool:
     return v >= t and v.release[: len(prefix)] == prefix
 
 
+def _shipped_as_release(v: Version) -> bool:
+    """A development pre-release with a build label, X.Y.Za0+label (NGC's 2.3.0a0+6ddf5cf.nv24.04,
+    torch source builds): what was built and shipped as release X.Y.Z."""
+    return bool(v.local) and v.pre == ("a", 0) and v.dev is None
+
+
 @lru_cache(maxsize=8192)
 def version_matches(version: str, spec: str) -> bool:
     """PEP 440 match that ignores local labels (2.4.0+cu121 satisfies <=2.4.0) and lets
@@ -109,8 +115,10 @@ def version_matches(version: str, spec: str) -> bool:
     if v is None:
         return False
     # Drop the local label; an NGC-style pre-release with a local label (2.3.0a0+6ddf5cf.nv24.04)
-    # is that release as shipped, so compare it as 2.3.0. Post releases (2.7.4.post1) stay.
-    public = Version(v.base_version) if (v.local and v.is_prerelease) else Version(v.public)
+    # is that release as shipped, so compare it as 2.3.0. Post releases (2.7.4.post1) stay. A
+    # labelled beta or release candidate (flash-attn-3's 3.0.0b1+20250911.cu128torch280) is that
+    # pre-release, not the release.
+    public = Version(v.base_version) if _shipped_as_release(v) else Version(v.public)
     return all(_clause(public, op, target) for op, target in parse_spec(spec))
 
 
@@ -128,7 +136,7 @@ def version_verdict(version: str, spec: str) -> Optional[bool]:
     if v is None:
         return version_matches(version, spec)
     snapshot = v.dev is not None and bool(v.local)
-    pre = v.pre is not None and not v.local  # a1 / b2 / rc1; a bare .devN is a build of its own
+    pre = v.pre is not None and not _shipped_as_release(v)  # a1 / b2 / rc1 (labelled or not); a bare .devN is a build of its own
     # (xformers publishes 0.0.35.dev1147 to PyPI; a source tree says 0.9.2.dev0 for months): as PEP 440
     if not (snapshot or pre):
         return version_matches(version, spec)

@@ -36,6 +36,18 @@ def test_local_labels_and_ngc_builds_match_as_their_release() -> None:
     assert not version_matches("latest", ">=0")
 
 
+def test_labelled_betas_are_betas_not_their_release() -> None:
+    from doctor.versions import version_verdict
+
+    # flash-attn-3's dated wheels: a beta with a build label is still the beta
+    fa3 = "3.0.0b1+20250911.cu128torch280"
+    assert version_matches(fa3, "<3.0.0rc0") and not version_matches(fa3, ">=3.0.0")
+    # bounded at 3.0.0 itself, whether it has the change is unknown, as for the unlabelled beta
+    assert version_verdict(fa3, ">=3.0.0") is None and version_verdict("3.0.0b1", ">=3.0.0") is None
+    # an a0 build with a label (NGC, torch source builds) stays the release it ships as
+    assert version_verdict("2.5.0a0+git1234", ">=2.5,<2.6") is True
+
+
 def test_pins_are_values() -> None:
     assert parse_pin("Flash_Attn==2.5.8") == Pin("flash-attn", "2.5.8")
     pin = parse_pin("transformer-engine[PyTorch]==2.1.0")
