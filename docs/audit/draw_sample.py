@@ -36,6 +36,9 @@ the commit it was drawn at:
   before it and before the draw; the commit it was drawn at is named in sample-14.md.
 - sample 15 (seed 2026112315): committed at the start of the tenth pass (docs/audit/catalogue10/),
   before it and before the draw; the commit it was drawn at is named in sample-15.md.
+- sample 16 (seed 2026112316): committed during the eleventh pass (docs/audit/catalogue11/, deep
+  audit-and-fix of the rules no sample had read), before the draw; the commit it was drawn at is
+  named in sample-16.md.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ import random
 
 from doctor.rules.loader import load_catalogue
 
-SEEDS = {2: 20261122_2, 3: 20261122_3, 4: 20261122_4, 5: 20261122_5, 6: 20261122_6, 7: 20261122_7, 8: 20261122_8, 9: 20261122_9, 10: 20261122_10, 11: 20261122_11, 12: 20261123_12, 13: 20261123_13, 14: 20261123_14, 15: 20261123_15}
+SEEDS = {2: 20261122_2, 3: 20261122_3, 4: 20261122_4, 5: 20261122_5, 6: 20261122_6, 7: 20261122_7, 8: 20261122_8, 9: 20261122_9, 10: 20261122_10, 11: 20261122_11, 12: 20261123_12, 13: 20261123_13, 14: 20261123_14, 15: 20261123_15, 16: 20261123_16}
 SIZE = 30
 
 
