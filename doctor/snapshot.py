@@ -27,6 +27,7 @@ from doctor.model import (
     Facts,
     GpuInfo,
     ImportStatus,
+    PlatformInfo,
     PythonInfo,
     TorchInfo,
     frozen_map,
@@ -42,7 +43,8 @@ SECTION_FIELDS: Dict[str, Dict[str, str]] = {
         "version": "text", "cuda": "text", "hip": "text", "git_version": "text", "cudnn_version": "text",
         "cxx11_abi": "bool", "cuda_available": "bool", "device_count": "int", "arch_list": "text_list",
     },
-    "cuda": {"driver_version": "text", "driver_cuda": "text", "runtime": "text", "runtime_wheels": "text_map", "xformers_build": "text"},
+    "cuda": {"driver_version": "text", "driver_cuda": "text", "runtime": "text", "runtime_wheels": "text_map", "xformers_build": "text",
+             "flash_attn_archs": "text_list"},
     "cudnn": {
         "version": "text", "loaded": "text", "loaded_path": "text", "installed": "text", "bundled": "text",
         "bundled_dist": "text", "mismatch": "text", "wheels": "rows", "system": "rows",
@@ -491,8 +493,9 @@ def _section(cls: type, data: Any) -> Any:
         return cls()
     names = {f.name for f in fields(cls)}
     kwargs = {k: v for k, v in data.items() if k in names}
-    if "arch_list" in kwargs and kwargs["arch_list"] is not None:
-        kwargs["arch_list"] = tuple(kwargs["arch_list"])
+    for key in ("arch_list", "flash_attn_archs"):
+        if kwargs.get(key) is not None:
+            kwargs[key] = tuple(kwargs[key])
     return cls(**kwargs)
 
 
@@ -572,6 +575,7 @@ def facts_from_snapshot(doc: Mapping[str, Any], source: str = "probe") -> Facts:
         env=frozen_map({str(k): str(v) for k, v in env.items()}) if isinstance(env, Mapping) else None,
         imports=MappingProxyType(imports),
         python=_section(PythonInfo, doc.get("python")),
+        platform=_section(PlatformInfo, doc.get("platform")),
         host=doc.get("host"),
         unknown=MappingProxyType(unknown),
         source=source,

@@ -184,8 +184,14 @@ def te_qkv_layout(w: Mapping[str, Any]) -> str:
     if not w["qkv_packed"]:
         return f"{fmt}_{fmt}_{fmt}"
     same = w["num_heads"] == w["num_kv_heads"] and w["head_dim_qk"] == w["head_dim_v"]
-    packed = {"bshd": ("bs3hd", "bshd_bs2hd"), "sbhd": ("sb3hd", "sbhd_sb2hd"),
-              "thd": ("t3hd", "thd_t2hd")}[fmt]
+    # qkv_weight_interleaved: the fused tensor is [..., heads, 3, d] (TE's bsh3d/sbh3d/th3d, the
+    # default of its MultiheadAttention) rather than [..., 3, heads, d]; not stated, the latter
+    if w.get("qkv_weight_interleaved"):
+        packed = {"bshd": ("bsh3d", "bshd_bsh2d"), "sbhd": ("sbh3d", "sbhd_sbh2d"),
+                  "thd": ("th3d", "thd_th2d")}[fmt]
+    else:
+        packed = {"bshd": ("bs3hd", "bshd_bs2hd"), "sbhd": ("sb3hd", "sbhd_sb2hd"),
+                  "thd": ("t3hd", "thd_t2hd")}[fmt]
     return packed[0] if same else packed[1]
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Ty
 
 from doctor import __version__
 from doctor.model import SCHEMA_VERSION
-from doctor.probe import cuda_libs, cudnn, envvars, gpus, hostinfo, packages, torch_build
+from doctor.probe import cuda_libs, cudnn, envvars, fatbin, gpus, hostinfo, packages, torch_build
 from doctor.probe.sources import Sources
 from doctor.snapshot import cudnn_search_doc
 from doctor.probe.targets import IMPORT_DISTS, IMPORTS, PRESENCE_ONLY, TORCH_LOADED_FACTS
@@ -272,6 +272,15 @@ def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[s
         cuda_section["xformers_build"] = xf
         if why:
             notes.unknown["cuda.xformers_build"] = why
+    if "flash-attn" in scan.dists:
+        ext = scan.modules.get("flash_attn_2_cuda")
+        if ext is None:
+            notes.unknown["cuda.flash_attn_archs"] = "no flash_attn_2_cuda extension on the path"
+        else:
+            fa_archs, why = fatbin.archs(ext)
+            cuda_section["flash_attn_archs"] = list(fa_archs) if fa_archs else None
+            if why:
+                notes.unknown["cuda.flash_attn_archs"] = why
     if libs.runtime_source:
         notes.provenance["cuda.runtime"] = libs.runtime_source
     for key, why in libs.notes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import List
 
+from doctor.report.render import unsure_note
 from doctor import __version__
 from doctor.model import Report
 from doctor.report.summary import area_lines, backends_by_framework, counts, describe_workload
@@ -61,6 +62,8 @@ def render_check_markdown(report: Report) -> str:
                 out.append(f"  _cost: {fix.cost}_")
             if fix.brings_up:
                 out.append(f"  _brings up warning {', '.join(fix.brings_up)}_")
+            if fix.unsure:
+                out.append(f"  _may not apply here: {unsure_note(fix)}_")
         if f.sources:
             out.append("")
             out.append("Sources: " + ", ".join(f"<{s}>" for s in f.sources))

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.padding import Padding
 from rich.text import Text
 
+from doctor.report.render import unsure_note
 from doctor import __version__
 from doctor.model import Finding, Report
 from doctor.report.summary import area_lines, backends_by_framework, counts, describe_workload
@@ -61,6 +62,8 @@ def _finding(f: Finding, verbose: bool) -> List[object]:
                 out.append(f"          [dim]cost: {escape(fix.cost)}[/]")
             if fix.brings_up:
                 out.append(f"          [dim]brings up warning {escape(', '.join(fix.brings_up))}[/]")
+            if fix.unsure:
+                out.append(f"          [dim]may not apply here: {escape(unsure_note(fix))}[/]")
     if f.sources and (verbose or f.severity == "error"):
         out.append(f"    [dim]source: {escape(f.sources[0])}[/]")
     return [line for line in out if line]

@@ -93,3 +93,11 @@ def check_format(kind: str, name: str) -> str:
 
 def render(kind: str, name: str, value: Any, style: Style) -> str:
     return FORMATTERS[kind][check_format(kind, name)](value, style)
+
+
+def unsure_note(fix: Any) -> str:
+    """Why a fix with a `when:` was offered though it may not apply: what it is for, and the
+    facts that could not be read ("for gpu.sm >= 80; could not check gpu.sm: no GPU found")."""
+    from doctor.rules.conditions import describe
+
+    return f"it is for {describe(fix.when)}; could not check {'; '.join(fix.unsure)}"

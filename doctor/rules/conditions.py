@@ -56,9 +56,11 @@ FACT_PATHS = frozenset(
     + [f"cuda.{f.name}" for f in fields(CudaInfo)]
     + [f"cudnn.{f.name}" for f in fields(CudnnInfo) if f.name != "search"]  # search: read by te.cudnn_*
     + ["cudnn.installed_is_bundled", "cudnn.loaded_incompatible", "cuda.driver_behind", "torch.arch_runs_gpu", "torch.arch_list_probed"]
+    + ["flash_attn.arch_runs_gpu", "flash_attn.archs_probed"]
     + ["te.fp8_recipe", "te.fp8_attention", "te.cudnn_first_2_4", "te.cudnn_first_2_11", "te.cudnn_file"]
     + ["flash_attn.build"]
     + ["gpu.sm", "gpu.sm_max", "gpu.name", "gpu.count", "gpu.memory_mib", "python.version", "python.implementation"]
+    + ["platform.os", "platform.arch", "platform.libc"]
     + [f"workload.{f.name}" for f in fields(Workload) if f.name not in ("source", "defaulted", "context_parallel")]
     + [f"workload.{name}" for name in WORKLOAD_DERIVED]
     + [f"path.{name}" for name in PATH_FIELDS]
@@ -311,6 +313,13 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
         # empty list is not a reading: get_arch_list() returns [] whenever is_available() is false
         # (a driver too old, no visible device), whatever the build carries.
         return Value(True, bool(facts.torch.arch_list))
+    if path == "flash_attn.archs_probed":
+        # the installed flash-attn's extension was read for its GPU code (cuda.flash_attn_archs)
+        return Value(True, bool(facts.cuda.flash_attn_archs))
+    if path == "flash_attn.arch_runs_gpu":
+        if not facts.cuda.flash_attn_archs or not facts.gpus:
+            return _unknown("gpu.sm" if facts.cuda.flash_attn_archs else "cuda.flash_attn_archs", facts, "not probed")
+        return Value(True, all(arch_runs_on(facts.cuda.flash_attn_archs, g.sm) for g in facts.gpus))
     if path == "torch.arch_runs_gpu":
         if not facts.torch.arch_list or not facts.gpus:
             why = "not probed" if facts.torch.arch_list is None else "empty: torch.cuda.is_available() was false"
@@ -357,6 +366,13 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
         if behind is not None:
             return Value(True, behind)
         return _unknown("cuda.driver_cuda" if facts.torch.cuda else "torch.cuda", facts, "not probed")
+    if head == "platform":
+        # linux | windows | darwin, x86_64 | aarch64, the glibc version (None: musl or not Linux)
+        p = facts.platform
+        val = {"os": p.system, "arch": p.machine, "libc": p.glibc}[rest]
+        if val is not None or (rest == "libc" and p.system is not None):
+            return Value(True, val)
+        return _unknown(path, facts, "not probed")
     if head in ("torch", "cuda", "cudnn", "python"):
         section = getattr(facts, head)
         val = getattr(section, rest)
@@ -607,3 +623,43 @@ def _evaluate_leaf(cond: Mapping[str, Any], ctx: Context) -> Outcome:
                 return FALSE
         return TRUE
     raise KeyError(f"not a condition: {sorted(cond)}")
+
+
+# --------------------------------------------------------------------------- for people
+
+_OP_WORDS = {"eq": "=", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "in": "in", "not_in": "not in",
+             "version": "", "matches": "matches", "multiple_of": "a multiple of"}
+
+
+def describe(cond: Any) -> str:
+    """A condition in one line for a reader ("platform.os = linux and gpu.sm >= 80")."""
+    if not isinstance(cond, Mapping):
+        return str(cond)
+    if "all" in cond:
+        return " and ".join(_grouped(c) for c in cond["all"])
+    if "any" in cond:
+        return " or ".join(_grouped(c) for c in cond["any"])
+    if "not" in cond:
+        return f"not ({describe(cond['not'])})"
+    subject = next((str(cond[k]) for k in ("fact", "env", "package", "backend", "framework") if k in cond), "?")
+    if "package" in cond and "installed" in cond:
+        return f"{subject} {'installed' if cond['installed'] else 'not installed'}"
+    if "is_set" in cond:
+        return f"{subject} {'set' if cond['is_set'] else 'not set'}"
+    for key in ("available", "selected", "has_backend"):
+        if key in cond:
+            return f"{subject} {key.replace('_', ' ')}" if cond[key] else f"{subject} not {key.replace('_', ' ')}"
+    if "selects" in cond:
+        return f"{subject} selects {cond['selects']}"
+    parts = []
+    for op, word in _OP_WORDS.items():
+        if op in cond:
+            val = cond[op]
+            shown = ", ".join(str(v) for v in val) if isinstance(val, list) else str(val)
+            parts.append(f"{subject}{shown}" if op == "version" else f"{subject} {word} {shown}")
+    return " and ".join(parts) or subject
+
+
+def _grouped(cond: Any) -> str:
+    text = describe(cond)
+    return f"({text})" if isinstance(cond, Mapping) and ("all" in cond or "any" in cond) else text

@@ -57,6 +57,10 @@ def test_te_layout_and_mask_follow_the_tensors_dot_product_attention_gets(ask: A
     assert ask.te_qkv_layout(w({"qkv_packed": True, "num_heads": 16, "num_kv_heads": 16})) == "bs3hd"
     assert ask.te_qkv_layout(w({"qkv_packed": True, "num_heads": 16, "num_kv_heads": 1})) == "bshd_bs2hd"
     assert ask.te_qkv_layout(w({"varlen": True})) == "thd_thd_thd"
+    # an interleaved fused QKV ([..., heads, 3, d], TE MultiheadAttention's default) is TE's h3d family
+    assert ask.te_qkv_layout(w({"qkv_packed": True, "qkv_weight_interleaved": True, "num_heads": 16, "num_kv_heads": 16})) == "bsh3d"
+    assert ask.te_qkv_layout(w({"qkv_packed": True, "qkv_weight_interleaved": True, "varlen": True, "num_heads": 16, "num_kv_heads": 16})) == "th3d"
+    assert ask.te_qkv_layout(w({"qkv_packed": True, "qkv_weight_interleaved": True, "qkv_format": "sbhd", "num_heads": 16, "num_kv_heads": 2})) == "sbhd_sbh2d"
     assert ask.te_mask(w({"varlen": True, "mask": "causal"})) == "padding_causal"
     assert ask.te_mask(w({"varlen": True, "mask": "no_mask"})) == "padding"
     assert ask.te_mask(w({"mask": "causal_bottom_right"})) == "causal_bottom_right"

@@ -1,0 +1,95 @@
+"""The GPU architectures of a CUDA extension, read from its .nv_fatbin section, and the rule
+facts built on them: a flash-attn built without Blackwell code is caught from the file itself."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import List, Tuple
+
+from doctor.probe.fatbin import FATBIN_MAGIC, archs
+from doctor.rules.evaluate import diagnose
+from doctor.rules.loader import load_catalogue
+from doctor.snapshot import facts_from_snapshot
+from doctor.workload import default_workload
+
+
+def _entry(kind: int, sm: int, payload: bytes) -> bytes:
+    head = bytearray(64)
+    struct.pack_into("<HHIQ", head, 0, kind, 0x101, 64, len(payload))
+    struct.pack_into("<I", head, 28, sm)
+    return bytes(head) + payload
+
+
+def _container(entries: List[Tuple[int, int]]) -> bytes:
+    body = b"".join(_entry(k, sm, b"\xab" * 40) for k, sm in entries)
+    return struct.pack("<IHHQ", FATBIN_MAGIC, 1, 16, len(body)) + body
+
+
+def _elf(fatbin: bytes) -> bytes:
+    """A minimal 64-bit little-endian ELF: null, .shstrtab and .nv_fatbin sections."""
+    names = b"\0.shstrtab\0.nv_fatbin\0"
+    data_off = 64
+    strtab_off = data_off + len(fatbin)
+    shoff = (strtab_off + len(names) + 7) // 8 * 8
+    head = bytearray(64)
+    head[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<Q", head, 0x28, shoff)
+    struct.pack_into("<HHH", head, 0x3A, 64, 3, 1)
+    body = bytes(head) + fatbin + names
+    body += b"\0" * (shoff - len(body))
+    sections = bytes(64)  # SHT_NULL
+    sections += struct.pack("<IIQQQQ", 1, 3, 0, 0, strtab_off, len(names)).ljust(64, b"\0")
+    sections += struct.pack("<IIQQQQ", 11, 1, 0, 0, data_off, len(fatbin)).ljust(64, b"\0")
+    return body + sections
+
+
+def test_reads_cubins_and_ptx_of_every_container(tmp_path: Path) -> None:
+    so = tmp_path / "flash_attn_2_cuda.so"
+    # two translation units, padding between them as the linker leaves it
+    so.write_bytes(_elf(_container([(2, 80), (2, 90)]) + b"\0" * 8 + _container([(2, 80), (2, 90), (1, 90)])))
+    assert archs(str(so)) == (("sm_80", "sm_90", "compute_90"), None)
+
+
+def test_not_an_extension_says_why(tmp_path: Path) -> None:
+    plain = tmp_path / "x.so"
+    plain.write_bytes(b"\x7fELF\x02\x01" + b"\0" * 200)
+    got, why = archs(str(plain))
+    assert got is None and why and "no .nv_fatbin" in why
+    got, why = archs(str(tmp_path / "missing.so"))
+    assert got is None and why
+
+
+def test_damaged_entry_sizes_end_in_bounded_time(tmp_path: Path) -> None:
+    bad = bytearray(_container([(2, 80)]))
+    struct.pack_into("<I", bad, 16 + 4, 0)  # entry header size 0: would never advance
+    so = tmp_path / "bad.so"
+    so.write_bytes(_elf(bytes(bad)))
+    assert archs(str(so))[0] == ("sm_80",)
+
+
+def _snapshot(fa_archs: object, sm: str = "12.0") -> dict:
+    doc = {
+        "packages": {"flash-attn": "2.7.4.post1", "torch": "2.7.1"},
+        "env": {},
+        "torch": {"version": "2.7.1+cu126", "cuda": "12.6"},
+        "gpus": [{"index": 0, "name": "RTX 5090", "compute_capability": sm}],
+    }
+    if fa_archs is not None:
+        doc["cuda"] = {"flash_attn_archs": fa_archs}
+    return doc
+
+
+def _fires(doc: dict, rule_id: str) -> str:
+    cat = load_catalogue()
+    return diagnose(cat, facts_from_snapshot(doc, source="t"), default_workload()).result(rule_id).status
+
+
+def test_blackwell_rule_reads_the_extension_when_it_was_read() -> None:
+    rule = "FA2-BLACKWELL-NO-PREBUILT-KERNELS"
+    # a CUDA 12.6 torch, where the rule would otherwise assume an nvcc below 12.8: the extension
+    # itself carries sm_120 (built with a 12.8 toolkit), so no finding
+    assert _fires(_snapshot(["sm_80", "sm_90", "sm_100", "sm_120"]), rule) == "passed"
+    assert _fires(_snapshot(["sm_80", "sm_90"]), rule) == "fired"
+    # not read: the assumption from the torch build stands
+    assert _fires(_snapshot(None), rule) == "fired"
