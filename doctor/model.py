@@ -200,6 +200,47 @@ class PythonInfo:
     implementation: Optional[str] = None
 
 
+# What `platform.os` and `platform.arch` read (doctor.probe.hostinfo writes `uname`'s words)
+PLATFORM_OS = ("linux", "windows", "darwin")
+PLATFORM_ARCH = ("x86_64", "aarch64", "ppc64le")
+_ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64", "armv8": "aarch64"}
+
+
+@dataclass(frozen=True)
+class PlatformInfo:
+    """The operating system and CPU architecture as the snapshot records them ("Linux 5.15.0",
+    "x86_64", "glibc 2.35"); the properties are what rules compare against."""
+
+    os: Optional[str] = None
+    arch: Optional[str] = None
+    libc: Optional[str] = None
+
+    @property
+    def system(self) -> Optional[str]:
+        """linux | windows | darwin (or the first word of `os`, lower case); None if unknown."""
+        if not self.os or not self.os.strip():
+            return None
+        return self.os.split()[0].lower()
+
+    @property
+    def machine(self) -> Optional[str]:
+        """x86_64 | aarch64 | ... (Windows' AMD64 and macOS' arm64 under their Linux names)."""
+        if not self.arch or not self.arch.strip():
+            return None
+        a = self.arch.strip().lower()
+        return _ARCH_ALIASES.get(a, a)
+
+    @property
+    def glibc(self) -> Optional[str]:
+        """The glibc version ("2.35"), None on musl, macOS, Windows or when not probed."""
+        if not self.libc:
+            return None
+        name, _, version = self.libc.strip().partition(" ")
+        if name.lower() != "glibc":
+            return None
+        return version.strip() or None
+
+
 @dataclass(frozen=True)
 class Facts:
     packages: Optional[Mapping[str, str]] = None  # PEP 503 name -> version
@@ -210,6 +251,7 @@ class Facts:
     env: Optional[Mapping[str, str]] = None
     imports: Mapping[str, ImportStatus] = field(default_factory=dict)
     python: PythonInfo = field(default_factory=PythonInfo)
+    platform: PlatformInfo = field(default_factory=PlatformInfo)
     host: Optional[str] = None
     unknown: Mapping[str, str] = field(default_factory=dict)  # fact path -> why it could not be probed
     source: str = "probe"  # "probe" or the snapshot file it came from
@@ -721,6 +763,11 @@ class Fix:
     config: Tuple[str, ...] = ()
     workload: Mapping[str, Any] = field(default_factory=dict)  # workload keys it changes
     cost: Optional[str] = None
+    # where the fix applies (a rule condition; None: everywhere). A fix whose condition is false
+    # for these facts is not offered; `unsure` names the facts that left it undecided (offered).
+    when: Optional[Mapping[str, Any]] = None
+    unsure: Tuple[str, ...] = ()
+    position: int = 0  # its place among the rule's fixes (a test case's `offers:` names these)
     verified: Optional[bool] = None  # True: re-checking with it applied clears the finding
     brings_up: Tuple[str, ...] = ()  # warnings that fire only with it applied (doctor.fix.recheck)
     planned: bool = False  # the change `attn-doctor fix` plans for this finding

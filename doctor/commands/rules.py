@@ -89,6 +89,8 @@ def show_rule(
         for f in r.fixes:
             acts = [str(p) for p in f.pins] + [f"{k}={v}" for k, v in f.env.items()] + list(f.config)
             out.append(f"  - {f.description}" + (f"  [{'; '.join(acts)}]" if acts else ""))
+            if f.when:
+                out.append(f"    only when: {json.dumps(f.when)}")
     if r.kernels:
         out.append("kernel cases: " + ", ".join(r.kernels))
     out.append("sources:")

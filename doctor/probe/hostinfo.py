@@ -30,13 +30,14 @@ def _libc() -> Optional[str]:
 
 
 def probe() -> HostInfo:
-    uname = os.uname()
+    # platform.uname(), not os.uname(): the latter does not exist on Windows
+    uname = platform.uname()
     return HostInfo(
-        host=uname.nodename,
+        host=uname.node,
         python_version=".".join(str(p) for p in sys.version_info[:3]),
         implementation=platform.python_implementation(),
         executable=sys.executable,
-        os=f"{uname.sysname} {uname.release}",
+        os=f"{uname.system} {uname.release}".strip(),
         arch=uname.machine,
         libc=_libc(),
     )

@@ -50,6 +50,7 @@ def report_dict(report: Report) -> Dict[str, Any]:
                         "verified": x.verified,
                         "brings_up": list(x.brings_up),
                         "planned": x.planned,
+                        "unsure": list(x.unsure),
                     }
                     for x in f.fixes
                 ],

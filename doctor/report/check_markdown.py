@@ -61,6 +61,8 @@ def render_check_markdown(report: Report) -> str:
                 out.append(f"  _cost: {fix.cost}_")
             if fix.brings_up:
                 out.append(f"  _brings up warning {', '.join(fix.brings_up)}_")
+            if fix.unsure:
+                out.append(f"  _may not apply here: could not check {'; '.join(fix.unsure)}_")
         if f.sources:
             out.append("")
             out.append("Sources: " + ", ".join(f"<{s}>" for s in f.sources))

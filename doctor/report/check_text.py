@@ -61,6 +61,8 @@ def _finding(f: Finding, verbose: bool) -> List[object]:
                 out.append(f"          [dim]cost: {escape(fix.cost)}[/]")
             if fix.brings_up:
                 out.append(f"          [dim]brings up warning {escape(', '.join(fix.brings_up))}[/]")
+            if fix.unsure:
+                out.append(f"          [dim]may not apply here: could not check {escape('; '.join(fix.unsure))}[/]")
     if f.sources and (verbose or f.severity == "error"):
         out.append(f"    [dim]source: {escape(f.sources[0])}[/]")
     return [line for line in out if line]

@@ -20,7 +20,7 @@ from doctor.workload import build, default_workload
 
 def case_snapshot(case: Mapping[str, Any]) -> Dict[str, Any]:
     """A rule test case as a snapshot document (what `--env FILE` reads)."""
-    doc: Dict[str, Any] = {k: v for k, v in case.items() if k not in ("name", "gpu", "workload")}
+    doc: Dict[str, Any] = {k: v for k, v in case.items() if k not in ("name", "gpu", "workload", "offers")}
     doc.setdefault("packages", {})
     doc.setdefault("env", {})
     if "gpu" in case:
@@ -42,6 +42,8 @@ class CaseOutcome:
     kind: str  # fires | passes
     index: int
     got: str  # fired | passed | not_evaluated
+    offers: Optional[Tuple[int, ...]] = None  # the fixes the case expects to be offered (its `offers:`)
+    offered: Tuple[int, ...] = ()  # the fixes the finding offered
 
     @property
     def expected(self) -> str:
@@ -49,10 +51,15 @@ class CaseOutcome:
 
     @property
     def ok(self) -> bool:
-        return self.got == self.expected
+        if self.got != self.expected:
+            return False
+        return self.offers is None or tuple(sorted(self.offers)) == self.offered
 
     def describe(self) -> str:
-        return f"{self.rule.path}:{self.rule.line}: rule {self.rule.id}: {self.kind}[{self.index}] expected {self.expected}, got {self.got}"
+        where = f"{self.rule.path}:{self.rule.line}: rule {self.rule.id}: {self.kind}[{self.index}]"
+        if self.got == self.expected and self.offers is not None:
+            return f"{where} expected fixes {list(sorted(self.offers))} offered, got {list(self.offered)}"
+        return f"{where} expected {self.expected}, got {self.got}"
 
 
 def iter_rule_cases(cat: Catalogue, only: Optional[Callable[[Rule], bool]] = None) -> Iterator[Tuple[Rule, str, int, Mapping[str, Any]]]:
@@ -68,7 +75,14 @@ def iter_rule_cases(cat: Catalogue, only: Optional[Callable[[Rule], bool]] = Non
 def run_rule_case(cat: Catalogue, rule: Rule, kind: str, index: int, case: Mapping[str, Any]) -> CaseOutcome:
     """Evaluate one rule test case against the whole catalogue (as `check` would)."""
     facts, workload = case_inputs(case)
-    return CaseOutcome(rule, kind, index, diagnose(cat, facts, workload).result(rule.id).status)
+    diagnosis = diagnose(cat, facts, workload)
+    offers = case.get("offers")
+    offered: Tuple[int, ...] = ()
+    if offers is not None:
+        finding = next((f for f in diagnosis.findings if f.rule_id == rule.id), None)
+        offered = tuple(f.position for f in finding.fixes) if finding else ()
+    return CaseOutcome(rule, kind, index, diagnosis.result(rule.id).status,
+                       tuple(offers) if offers is not None else None, offered)
 
 
 def run_rule_cases(cat: Catalogue, only: Optional[Callable[[Rule], bool]] = None) -> List[CaseOutcome]:

@@ -59,6 +59,7 @@ FACT_PATHS = frozenset(
     + ["te.fp8_recipe", "te.fp8_attention", "te.cudnn_first_2_4", "te.cudnn_first_2_11", "te.cudnn_file"]
     + ["flash_attn.build"]
     + ["gpu.sm", "gpu.sm_max", "gpu.name", "gpu.count", "gpu.memory_mib", "python.version", "python.implementation"]
+    + ["platform.os", "platform.arch", "platform.libc"]
     + [f"workload.{f.name}" for f in fields(Workload) if f.name not in ("source", "defaulted", "context_parallel")]
     + [f"workload.{name}" for name in WORKLOAD_DERIVED]
     + [f"path.{name}" for name in PATH_FIELDS]
@@ -357,6 +358,13 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
         if behind is not None:
             return Value(True, behind)
         return _unknown("cuda.driver_cuda" if facts.torch.cuda else "torch.cuda", facts, "not probed")
+    if head == "platform":
+        # linux | windows | darwin, x86_64 | aarch64, the glibc version (None: musl or not Linux)
+        p = facts.platform
+        val = {"os": p.system, "arch": p.machine, "libc": p.glibc}[rest]
+        if val is not None or (rest == "libc" and p.system is not None):
+            return Value(True, val)
+        return _unknown(path, facts, "not probed")
     if head in ("torch", "cuda", "cudnn", "python"):
         section = getattr(facts, head)
         val = getattr(section, rest)

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from doctor.model import BackendStatus, Facts, Finding, FindingStatus, Severity, Workload
+from doctor.model import BackendStatus, Facts, Finding, FindingStatus, Fix, Severity, Workload
 from doctor.rules.callpath import CallPath, infer
 from doctor.rules.conditions import Context, Outcome, evaluate
 from doctor.rules.loader import WHOLE_PLACEHOLDER, Backend, Catalogue, Framework, Rule
@@ -252,6 +252,20 @@ def _status(b: Backend, fw_id: str, fw_in: Outcome, by_backend: Dict[str, List[R
     )
 
 
+def _offered(fixes: Sequence[Fix], ctx: Context) -> List[Tuple[Fix, Tuple[str, ...]]]:
+    """The fixes that apply here, each with the facts that left its `when:` undecided: a fix
+    whose condition is false (a Linux-only wheel on Windows) is not offered; an undecided one is."""
+    out: List[Tuple[Fix, Tuple[str, ...]]] = []
+    for f in fixes:
+        if f.when is None:
+            out.append((f, ()))
+            continue
+        got = evaluate(f.when, ctx)
+        if got.value is not False:
+            out.append((f, () if got.value else tuple(dict.fromkeys(got.missing))))
+    return out
+
+
 def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
     statuses, selections, has_backend, outcomes = _backends(cat, facts, workload)
     path = infer(facts, workload, selections)
@@ -287,8 +301,9 @@ def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
                         cost=render(f.cost, ctx) if f.cost else None,
                         config=tuple(render(c, ctx) for c in f.config),
                         workload=render_workload(f.workload, ctx),
+                        unsure=unsure,
                     )
-                    for f in rule.fixes
+                    for f, unsure in _offered(rule.fixes, ctx)
                 ),
                 sources=rule.sources,
                 missing=tuple(dict.fromkeys(out.missing)),

@@ -22,7 +22,7 @@ from doctor.model import Fix, Pin, Severity
 from doctor.versions import canonical_name, parse_pin
 from doctor.yamlio import read_yaml
 
-CACHE_FORMAT = 6
+CACHE_FORMAT = 7
 
 
 # --------------------------------------------------------------------------- values
@@ -267,7 +267,21 @@ def _check_semantics(path: Path, doc: Mapping[str, Any]) -> None:
                     raise _fail(path, doc, ["rules", i], f"unknown placeholder function {{{func}:...}}", hint="use {reasons:FRAMEWORK} or {selected:FRAMEWORK}")
                 if path_ is not None and not is_known_fact_path(path_):
                     raise _fail(path, doc, ["rules", i], f"unknown fact in placeholder {{{path_}}}", hint="see docs/rules.md for fact names")
-        for j, fix in enumerate(rule.get("fixes", ()) or ()):
+        fixes = rule.get("fixes", ()) or ()
+        for kind in ("fires", "passes"):
+            for k, case in enumerate((rule.get("tests") or {}).get(kind, ()) or ()):
+                offers = case.get("offers") if isinstance(case, dict) else None
+                if offers is None:
+                    continue
+                if kind == "passes":
+                    raise _fail(path, doc, ["rules", i, "tests", kind, k, "offers"], "`offers` in a passes case",
+                                hint="a rule that passes offers no fix: name the offered fixes in a fires case")
+                bad = [n for n in offers if n >= len(fixes)]
+                if bad:
+                    raise _fail(path, doc, ["rules", i, "tests", kind, k, "offers"], f"fix index {bad[0]} but the rule has {len(fixes)} fix(es)",
+                                hint="offers lists 0-based positions in the rule's fixes:")
+        for j, fix in enumerate(fixes):
+            walk(fix.get("when"), ["rules", i, "fixes", j, "when"])
             for pin in fix.get("pins", ()) or ():
                 try:
                     parse_pin(str(pin), what="pin")
@@ -366,8 +380,10 @@ def _build(path: Path, doc: Mapping[str, Any]) -> Tuple[List[Framework], List[Ru
                         config=tuple(f.get("config", ())),
                         workload=_plain(f.get("workload", {})),
                         cost=f.get("cost"),
+                        when=_plain(f["when"]) if f.get("when") else None,
+                        position=n,
                     )
-                    for f in fixes
+                    for n, f in enumerate(fixes)
                 ),
                 kernels=tuple(r.get("kernels", ())),
                 silent_wrong_results=bool(r.get("silent_wrong_results", False)),
@@ -619,6 +635,7 @@ def _from_json(doc: Mapping[str, Any]) -> Catalogue:
                             "pins": tuple(Pin(p["name"], p["version"], tuple(p["extras"])) for p in x["pins"]),
                             "config": tuple(x["config"]),
                             "brings_up": tuple(x["brings_up"]),
+                            "unsure": tuple(x.get("unsure", ())),
                         }
                     )
                     for x in r["fixes"]

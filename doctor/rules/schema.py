@@ -83,6 +83,8 @@ FIX: Dict[str, Any] = {
         "config": _str_list,
         "workload": {"type": "object"},
         "cost": {"type": "string"},
+        # where this fix applies (e.g. {fact: platform.os, eq: linux}); not offered where false
+        "when": {"$ref": "#/$defs/condition"},
     },
     "additionalProperties": False,
 }
@@ -102,7 +104,10 @@ TEST_CASE: Dict[str, Any] = {
         "imports": {"type": "object"},
         "contracts": {"type": "object"},
         "python": {"type": "object"},
+        "platform": {"type": "object"},
         "workload": {"type": "object"},
+        # fires cases only: the indices of the rule's fixes offered for this case (exactly those)
+        "offers": {"type": "array", "items": {"type": "integer", "minimum": 0}, "uniqueItems": True},
     },
     "additionalProperties": False,
 }

@@ -92,6 +92,7 @@ def test_json_contract(report) -> None:  # type: ignore[no-untyped-def]
         "verified": True,
         "brings_up": f["fixes"][0]["brings_up"],
         "planned": False,
+        "unsure": [],
     }
     assert isinstance(f["fixes"][0]["brings_up"], list)
     assert {b["id"]: b["available"] for b in doc["backends"]} == {"te.flash": False, "te.fused": False, "te.unfused": False}

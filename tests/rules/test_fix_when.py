@@ -1,0 +1,122 @@
+"""A fix that applies only somewhere (`fixes[].when:`) is offered only there, and the platform
+facts it is usually keyed on read what the probe and snapshots record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from doctor.errors import RuleError
+from doctor.model import PlatformInfo
+from doctor.rules.cases import run_rule_cases
+from doctor.rules.evaluate import diagnose
+from doctor.rules.loader import Catalogue, load_catalogue
+from doctor.snapshot import facts_from_snapshot
+from doctor.workload import default_workload
+
+RULE = """
+rules:
+  - id: MY-WHEEL
+    severity: warning
+    title: t
+    message: m
+    when: {package: flash-attn, version: "<2.8"}
+    fixes:
+      - description: any platform
+        pins: ["flash-attn==2.8.3"]
+      - description: the Linux x86-64 wheel
+        when: {all: [{fact: platform.os, eq: linux}, {fact: platform.arch, eq: x86_64}]}
+        pins: ["flash-attn==2.8.3.post1"]
+    sources: [https://github.com/Dao-AILab/flash-attention/releases/tag/v2.8.3]
+    tests:
+      fires:
+        - {packages: {flash-attn: "2.7.4"}, platform: {os: "Linux 6.8.0", arch: x86_64}, offers: [0, 1]}
+        - {packages: {flash-attn: "2.7.4"}, platform: {os: "Windows 10", arch: AMD64}, offers: [0]}
+        - {packages: {flash-attn: "2.7.4"}, offers: [0, 1]}
+      passes: [{packages: {flash-attn: "2.8.3"}}]
+"""
+
+
+def _cat(tmp_path: Path, text: str = RULE) -> Catalogue:
+    p = tmp_path / "r.yaml"
+    p.write_text(text)
+    return load_catalogue([p], builtin=False, use_cache=False)
+
+
+def _offered(cat: Catalogue, platform: dict) -> list:
+    doc = {"packages": {"flash-attn": "2.7.4"}, "env": {}}
+    if platform:
+        doc["platform"] = platform
+    d = diagnose(cat, facts_from_snapshot(doc, source="t"), default_workload())
+    (finding,) = [f for f in d.findings if f.rule_id == "MY-WHEEL"]
+    return [(f.description, f.unsure) for f in finding.fixes]
+
+
+def test_fix_is_offered_only_where_its_condition_holds(tmp_path: Path) -> None:
+    cat = _cat(tmp_path)
+    assert _offered(cat, {"os": "Linux 6.8.0", "arch": "x86_64", "libc": "glibc 2.35"}) == [
+        ("any platform", ()),
+        ("the Linux x86-64 wheel", ()),
+    ]
+    assert _offered(cat, {"os": "Windows 10", "arch": "AMD64"}) == [("any platform", ())]
+    assert _offered(cat, {"os": "Linux 6.8.0", "arch": "aarch64"}) == [("any platform", ())]
+
+
+def test_undecided_fix_is_kept_and_says_why(tmp_path: Path) -> None:
+    (first, second) = _offered(_cat(tmp_path), {})
+    assert first == ("any platform", ())
+    assert second[0] == "the Linux x86-64 wheel"
+    assert second[1] and all(m.startswith("platform.") for m in second[1])
+
+
+def test_offers_in_test_cases_are_checked(tmp_path: Path) -> None:
+    cat = _cat(tmp_path)
+    assert [o.ok for o in run_rule_cases(cat)] == [True, True, True, True]
+    wrong = _cat(tmp_path, RULE.replace("arch: AMD64}, offers: [0]", "arch: AMD64}, offers: [0, 1]"))
+    bad = [o for o in run_rule_cases(wrong) if not o.ok]
+    assert len(bad) == 1 and "expected fixes [0, 1] offered, got [0]" in bad[0].describe()
+
+
+@pytest.mark.parametrize(
+    "edit,needle",
+    [
+        (lambda s: s.replace("fact: platform.arch", "fact: platform.cpu"), "unknown fact 'platform.cpu'"),
+        (lambda s: s.replace("offers: [0, 1]}\n        - {packages: {flash-attn: \"2.7.4\"}, platform: {os: \"Windows",
+                             "offers: [0, 2]}\n        - {packages: {flash-attn: \"2.7.4\"}, platform: {os: \"Windows"),
+         "fix index 2 but the rule has 2 fix(es)"),
+        (lambda s: s.replace('passes: [{packages: {flash-attn: "2.8.3"}}]', 'passes: [{packages: {flash-attn: "2.8.3"}, offers: [0]}]'),
+         "`offers` in a passes case"),
+    ],
+)
+def test_bad_fix_conditions_and_offers_are_named(tmp_path: Path, edit, needle: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(RuleError) as exc:
+        _cat(tmp_path, edit(RULE))
+    text = exc.value.one_line()
+    assert text.startswith(f"{tmp_path / 'r.yaml'}:") and "MY-WHEEL" in text and needle in text, text
+
+
+@pytest.mark.parametrize(
+    "os_,arch,libc,want",
+    [
+        ("Linux 5.15.0-1056-aws", "x86_64", "glibc 2.35", ("linux", "x86_64", "2.35")),
+        ("Windows 10", "AMD64", None, ("windows", "x86_64", None)),
+        ("Darwin 24.1.0", "arm64", None, ("darwin", "aarch64", None)),
+        ("Linux 6.1.0", "aarch64", "musl 1.2.4", ("linux", "aarch64", None)),
+        (None, None, None, (None, None, None)),
+    ],
+)
+def test_platform_facts_read_the_snapshot_words(os_, arch, libc, want) -> None:  # type: ignore[no-untyped-def]
+    p = PlatformInfo(os_, arch, libc)
+    assert (p.system, p.machine, p.glibc) == want
+
+
+def test_probe_records_platform_that_rules_read() -> None:
+    from doctor.probe.hostinfo import probe
+
+    import platform as pyplatform
+
+    host = probe()
+    info = PlatformInfo(host.os, host.arch, host.libc)
+    assert info.system == pyplatform.system().lower()
+    assert info.machine in ("x86_64", "aarch64", "ppc64le", pyplatform.machine().lower())
