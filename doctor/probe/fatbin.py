@@ -78,6 +78,27 @@ def cached_archs(path: str, cache_dir: Optional[Path]) -> Tuple[Optional[Tuple[s
     return got, why
 
 
+_CHUNK = 1 << 16
+_MAGIC_BYTES = struct.pack("<I", FATBIN_MAGIC)
+
+
+def _next_magic(fh: BinaryIO, pos: int, end: int) -> int:
+    """The first 8-aligned (relative to the section) offset at or after `pos` that holds the
+    fat-binary magic, or `end`."""
+    while pos + 16 <= end:
+        fh.seek(pos)
+        chunk = fh.read(min(_CHUNK, end - pos))
+        if len(chunk) < 16:
+            return end
+        at = chunk.find(_MAGIC_BYTES)
+        while at >= 0 and at % 8:
+            at = chunk.find(_MAGIC_BYTES, at + 1)
+        if at >= 0:
+            return pos + at
+        pos += max(8, (len(chunk) - 8) // 8 * 8)
+    return end
+
+
 def archs(path: str) -> Tuple[Optional[Tuple[str, ...]], Optional[str]]:
     """The architectures the extension at `path` has code for, sorted ("sm_80", "compute_90"),
     or None and why they could not be read."""
@@ -93,7 +114,10 @@ def archs(path: str) -> Tuple[Optional[Tuple[str, ...]], Optional[str]]:
                 fh.seek(pos)
                 magic, _version, header_size, payload = struct.unpack("<IHHQ", fh.read(16))
                 if magic != FATBIN_MAGIC:
-                    pos += 8  # padding between containers
+                    # padding between containers, or damage: find the next magic a chunk at a
+                    # time (8 bytes a seek made a damaged or zero-filled section of hundreds of
+                    # MB cost minutes)
+                    pos = _next_magic(fh, pos + 8, end)
                     continue
                 entry, stop = pos + header_size, min(pos + header_size + payload, end)
                 while entry + 32 <= stop:

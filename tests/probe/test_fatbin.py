@@ -109,3 +109,32 @@ def test_cache_answers_until_the_file_changes(tmp_path: Path) -> None:
     so.write_bytes(_elf(_container([(2, 80), (2, 120)])))
     os.utime(so, ns=(1, 2))
     assert cached_archs(str(so), cache) == (("sm_80", "sm_120"), None)
+
+
+def test_a_damaged_zero_filled_section_is_read_quickly(tmp_path: Path) -> None:
+    # a .nv_fatbin whose first 256 MB hold no container (damage, or a sparse file): the reader
+    # stepped 8 bytes a seek through it (32M seeks, minutes); it must find the container after it
+    import time
+
+    fat = _container([(2, 100)])
+    gap = 256 << 20
+    so = tmp_path / "flash_attn_2_cuda.so"
+    elf = _elf(b"\0" * 8 + fat)
+    # move the section's data: keep the header, pad the data region with a sparse hole
+    with open(so, "wb") as fh:
+        fh.write(elf[:64])
+        fh.seek(64 + gap)
+        fh.write(fat)
+        tail_off = fh.tell()
+        names = b"\0.shstrtab\0.nv_fatbin\0"
+        fh.write(names)
+        shoff = (fh.tell() + 7) // 8 * 8
+        fh.seek(shoff)
+        fh.write(bytes(64))
+        fh.write(struct.pack("<IIQQQQ", 1, 3, 0, 0, tail_off, len(names)).ljust(64, b"\0"))
+        fh.write(struct.pack("<IIQQQQ", 11, 1, 0, 0, 64, gap + len(fat)).ljust(64, b"\0"))
+        fh.seek(0x28)
+        fh.write(struct.pack("<Q", shoff))
+    t0 = time.perf_counter()
+    assert archs(str(so)) == (("sm_100",), None)
+    assert time.perf_counter() - t0 < 5
