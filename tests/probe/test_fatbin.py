@@ -138,3 +138,24 @@ def test_a_damaged_zero_filled_section_is_read_quickly(tmp_path: Path) -> None:
     t0 = time.perf_counter()
     assert archs(str(so)) == (("sm_100",), None)
     assert time.perf_counter() - t0 < 5
+
+
+def test_an_assumed_flash_attn_install_forgets_the_old_extensions_archs() -> None:
+    # `check --assume flash-attn==X` and the fix re-check replace the extension: the sm_80/sm_90
+    # code read from the installed one must not decide for the assumed wheel (it kept
+    # FA2-BLACKWELL-NO-PREBUILT-KERNELS firing for flash-attn 2.8.3's CUDA 12.9 wheel)
+    from doctor.assume import apply_pins
+    from doctor.model import Pin
+
+    doc = _snapshot(["sm_80", "sm_90"])
+    doc["packages"] = {"flash-attn": "2.8.3", "torch": "2.8.0"}
+    doc["torch"] = {"version": "2.8.0", "cuda": "12.8"}
+    doc["python"] = {"version": "3.11.9"}
+    facts = facts_from_snapshot(doc, source="t")
+    rule = "FA2-BLACKWELL-NO-PREBUILT-KERNELS"
+    cat = load_catalogue()
+    assert diagnose(cat, facts, default_workload()).result(rule).status == "fired"
+    for pin in (Pin("flash-attn", "2.8.3"), Pin("torch", "2.8.0")):
+        after = apply_pins(facts, [pin])
+        assert after.cuda.flash_attn_archs is None
+        assert diagnose(cat, after, default_workload()).result(rule).status == "passed"
