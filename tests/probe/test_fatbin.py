@@ -159,3 +159,19 @@ def test_an_assumed_flash_attn_install_forgets_the_old_extensions_archs() -> Non
         after = apply_pins(facts, [pin])
         assert after.cuda.flash_attn_archs is None
         assert diagnose(cat, after, default_workload()).result(rule).status == "passed"
+
+
+def test_cache_answers_an_unchanged_file_without_reading_it(tmp_path: Path) -> None:
+    # the cache test above passes with a cache that never answers: here the file is unchanged
+    # and its cached entry is what comes back
+    import json
+
+    from doctor.probe.fatbin import cached_archs
+
+    so = tmp_path / "ext.so"
+    so.write_bytes(_elf(_container([(2, 80)])))
+    cache = tmp_path / "cache"
+    assert cached_archs(str(so), cache) == (("sm_80",), None)
+    (entry,) = cache.glob("fatbin-*.json")
+    entry.write_text(json.dumps(["sm_90"]), encoding="utf-8")
+    assert cached_archs(str(so), cache) == (("sm_90",), None)
