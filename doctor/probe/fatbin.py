@@ -34,13 +34,17 @@ def _section(fh: BinaryIO, name: bytes) -> Optional[Tuple[int, int]]:
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
     if shentsize < 64 or not 0 < shnum < 65536 or shstrndx >= shnum:
         return None
+    # a damaged header can claim 65535 entries of 65535 bytes: read no more than the file holds
+    # (fh.read(n) allocates n bytes first: 4 GiB, a MemoryError under a ulimit)
+    if shoff + shentsize * shnum > os.fstat(fh.fileno()).st_size:
+        return None
     fh.seek(shoff)
     table = fh.read(shentsize * shnum)
     if len(table) < shentsize * shnum:
         return None
     rows = [struct.unpack_from("<IIQQQQ", table, i * shentsize) for i in range(shnum)]
     _, _, _, _, str_off, str_size = rows[shstrndx]
-    if str_size > 1 << 24:
+    if str_size > 1 << 24 or str_off + str_size > os.fstat(fh.fileno()).st_size:
         return None
     fh.seek(str_off)
     names = fh.read(str_size)

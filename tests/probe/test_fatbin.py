@@ -175,3 +175,24 @@ def test_cache_answers_an_unchanged_file_without_reading_it(tmp_path: Path) -> N
     (entry,) = cache.glob("fatbin-*.json")
     entry.write_text(json.dumps(["sm_90"]), encoding="utf-8")
     assert cached_archs(str(so), cache) == (("sm_90",), None)
+
+
+def test_a_damaged_section_table_size_allocates_nothing_large(tmp_path: Path) -> None:
+    # a 64-byte file whose header claims 65535 section headers of 65535 bytes: fh.read() of that
+    # size allocated 4 GiB first (MemoryError, a traceback, under a 2 GiB address-space limit)
+    import subprocess
+    import sys
+
+    head = bytearray(64)
+    head[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<HHH", head, 0x3A, 65535, 65535, 1)
+    so = tmp_path / "bad.so"
+    so.write_bytes(bytes(head))
+    code = (
+        "import resource, sys; from doctor.probe.fatbin import archs; "
+        "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+        "got, why = archs(sys.argv[1]); assert got is None and why, (got, why)"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", code, str(so)], cwd=root, env={"PYTHONPATH": str(root)}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-500:]
