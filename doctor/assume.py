@@ -48,7 +48,7 @@ def apply_pins(facts: Facts, pins: Iterable[Pin]) -> Facts:
     from doctor.releases.catalogue import torch_bundle
 
     packages = dict(facts.packages or {})
-    torch, cudnn = facts.torch, facts.cudnn
+    torch, cudnn, cuda = facts.torch, facts.cudnn, facts.cuda
     imports = dict(facts.imports)
     unknown = dict(facts.unknown)
     assumed_ok = ImportStatus(status="ok", cause="assumed: installed from the wheel matching this torch")
@@ -60,6 +60,9 @@ def apply_pins(facts: Facts, pins: Iterable[Pin]) -> Facts:
             for module in MODULES.get(dist, ()):
                 if module in imports:
                     imports[module] = assumed_ok
+        if "flash-attn" in reinstalled and facts.cuda.flash_attn_archs is not None:
+            # the extension read for its GPU code (cuda.flash_attn_archs) is replaced by the wheel
+            cuda = replace(cuda, flash_attn_archs=None)
         if name == "torch":
             bundle = torch_bundle(version)
             torch = replace(torch, version=version)
@@ -97,6 +100,7 @@ def apply_pins(facts: Facts, pins: Iterable[Pin]) -> Facts:
         packages=frozen_map(packages) if facts.packages is not None or packages else None,
         torch=torch,
         cudnn=cudnn,
+        cuda=cuda,
         imports=frozen_map(imports) or {},
         unknown=frozen_map(unknown) or {},
     )

@@ -107,6 +107,15 @@ def _shipped_as_release(v: Version) -> bool:
     return bool(v.local) and v.pre == ("a", 0) and v.dev is None
 
 
+def _labelled_build_of_release(v: Version) -> bool:
+    """What `version_matches` compares as its release: X.Y.Za0+label (`_shipped_as_release`) and
+    a labelled development snapshot (a nightly 2.6.0.dev20241112+cu124, a source build
+    2.9.0.dev0+g1a2b3c), which PEP 440 would keep on neither side of X.Y.Z (not >=2.6, and not
+    <2.6 either, since <2.6 skips 2.6's own pre-releases). `version_verdict` answers None for the
+    snapshot where the two readings disagree; a labelled beta or rc stays that pre-release."""
+    return _shipped_as_release(v) or (bool(v.local) and v.dev is not None and v.pre is None)
+
+
 @lru_cache(maxsize=8192)
 def version_matches(version: str, spec: str) -> bool:
     """PEP 440 match that ignores local labels (2.4.0+cu121 satisfies <=2.4.0) and lets
@@ -118,7 +127,7 @@ def version_matches(version: str, spec: str) -> bool:
     # is that release as shipped, so compare it as 2.3.0. Post releases (2.7.4.post1) stay. A
     # labelled beta or release candidate (flash-attn-3's 3.0.0b1+20250911.cu128torch280) is that
     # pre-release, not the release.
-    public = Version(v.base_version) if _shipped_as_release(v) else Version(v.public)
+    public = Version(v.base_version) if _labelled_build_of_release(v) else Version(v.public)
     return all(_clause(public, op, target) for op, target in parse_spec(spec))
 
 

@@ -60,3 +60,14 @@ def test_pins_are_values() -> None:
 def test_is_version_takes_pep440_and_ngc_forms_only() -> None:
     assert is_version("2.3.0a0+6ddf5cf.nv24.04") and is_version("2.7.4.post1+cu12torch2.6")
     assert not any(is_version(x) for x in ("latest", "abc", "", "2.x"))
+
+
+def test_labelled_snapshots_still_match_as_their_release() -> None:
+    # b7921dc narrowed "a labelled pre-release is its release" to X.Y.Za0+label and so dropped the
+    # labelled .devN snapshots: a torch nightly matched neither >=2.6 nor <2.6 in version_matches
+    # (what `version:` operators, callpath and fix plans use)
+    nightly = "2.6.0.dev20241112+cu124"
+    assert version_matches(nightly, ">=2.6") and not version_matches(nightly, "<2.6")
+    assert version_matches("2.9.0.dev0+g1a2b3c", ">=2.9,<2.10")
+    # the labelled beta or rc stays the pre-release (b7921dc's point)
+    assert not version_matches("2.8.0rc1+cu128", ">=2.8")

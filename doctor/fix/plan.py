@@ -35,7 +35,7 @@ from doctor.fix.resolve import Resolution, resolve
 from doctor.releases.wheels import WheelChoice, choose_wheel, wheel_target
 from doctor.model import Facts, Finding, Fix, Pin, Severity, Workload
 from doctor.releases.catalogue import ReleaseCatalogue, torch_bundle
-from doctor.rules.conditions import Context
+from doctor.rules.conditions import Context, evaluate
 from doctor.rules.evaluate import Diagnosis, diagnose, render, render_workload
 from doctor.rules.loader import Catalogue, Rule
 from doctor.versions import parse_version, version_matches
@@ -409,7 +409,10 @@ class _Planner:
             return []
         # 1. the rule's own fixes
         ctx = Context(self.facts, self.workload)
-        for fix in rule.fixes:
+        # a fix whose `when:` is false here is not offered (doctor.rules.evaluate._offered): nor
+        # planned, nor a direction to generate releases in; an undecided one is, as it is offered
+        offered = [fix for fix in rule.fixes if fix.when is None or evaluate(fix.when, ctx).value is not False]
+        for fix in offered:
             if not fix.checkable:
                 continue  # advice that cannot be re-checked stays advice
             pins: List[Pin] = []
@@ -444,7 +447,7 @@ class _Planner:
         #    gets the nearest lower flash-attn that fits; moving out of a range the other way
         #    could drop the feature the workload uses).
         directions: Dict[str, Set[str]] = {}
-        for fix in rule.fixes:
+        for fix in offered:
             for pin in fix.pins:
                 name, version = pin.name, pin.version
                 if name.startswith("nvidia-cudnn-cu"):

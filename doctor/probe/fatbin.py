@@ -34,13 +34,17 @@ def _section(fh: BinaryIO, name: bytes) -> Optional[Tuple[int, int]]:
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
     if shentsize < 64 or not 0 < shnum < 65536 or shstrndx >= shnum:
         return None
+    # a damaged header can claim 65535 entries of 65535 bytes: read no more than the file holds
+    # (fh.read(n) allocates n bytes first: 4 GiB, a MemoryError under a ulimit)
+    if shoff + shentsize * shnum > os.fstat(fh.fileno()).st_size:
+        return None
     fh.seek(shoff)
     table = fh.read(shentsize * shnum)
     if len(table) < shentsize * shnum:
         return None
     rows = [struct.unpack_from("<IIQQQQ", table, i * shentsize) for i in range(shnum)]
     _, _, _, _, str_off, str_size = rows[shstrndx]
-    if str_size > 1 << 24:
+    if str_size > 1 << 24 or str_off + str_size > os.fstat(fh.fileno()).st_size:
         return None
     fh.seek(str_off)
     names = fh.read(str_size)
@@ -78,6 +82,27 @@ def cached_archs(path: str, cache_dir: Optional[Path]) -> Tuple[Optional[Tuple[s
     return got, why
 
 
+_CHUNK = 1 << 16
+_MAGIC_BYTES = struct.pack("<I", FATBIN_MAGIC)
+
+
+def _next_magic(fh: BinaryIO, pos: int, end: int) -> int:
+    """The first 8-aligned (relative to the section) offset at or after `pos` that holds the
+    fat-binary magic, or `end`."""
+    while pos + 16 <= end:
+        fh.seek(pos)
+        chunk = fh.read(min(_CHUNK, end - pos))
+        if len(chunk) < 16:
+            return end
+        at = chunk.find(_MAGIC_BYTES)
+        while at >= 0 and at % 8:
+            at = chunk.find(_MAGIC_BYTES, at + 1)
+        if at >= 0:
+            return pos + at
+        pos += max(8, (len(chunk) - 8) // 8 * 8)
+    return end
+
+
 def archs(path: str) -> Tuple[Optional[Tuple[str, ...]], Optional[str]]:
     """The architectures the extension at `path` has code for, sorted ("sm_80", "compute_90"),
     or None and why they could not be read."""
@@ -93,7 +118,10 @@ def archs(path: str) -> Tuple[Optional[Tuple[str, ...]], Optional[str]]:
                 fh.seek(pos)
                 magic, _version, header_size, payload = struct.unpack("<IHHQ", fh.read(16))
                 if magic != FATBIN_MAGIC:
-                    pos += 8  # padding between containers
+                    # padding between containers, or damage: find the next magic a chunk at a
+                    # time (8 bytes a seek made a damaged or zero-filled section of hundreds of
+                    # MB cost minutes)
+                    pos = _next_magic(fh, pos + 8, end)
                     continue
                 entry, stop = pos + header_size, min(pos + header_size + payload, end)
                 while entry + 32 <= stop:

@@ -189,3 +189,22 @@ def test_an_alternative_that_moves_torch_past_every_flash_attn_wheel_says_to_reb
     assert plan.pins == ()  # the environment switch is the plan
     (alt,) = [a for a in plan.alternatives if pins(a.fix) == ("torch==2.9.1",)]
     assert alt.fix.config == ("no flash-attn release has a prebuilt wheel for torch 2.9: rebuild flash-attn 2.6.3 from source after moving torch",)
+
+
+def test_a_fix_whose_when_is_false_here_is_not_planned(tmp_path: Path, rel) -> None:  # type: ignore[no-untyped-def]
+    # c478de8: a fix with `when:` false is not offered; the planner (attn-doctor fix, and the
+    # change `check` leads a finding with) read rule.fixes directly and planned it anyway, and
+    # generated releases in its direction too
+    cat = _catalogue(
+        tmp_path,
+        HEAD
+        + _rule("NEW-FA", '{package: flash-attn, version: ">=2.6"}',
+                '[{description: pin below 2.6 (Linux wheels only), pins: ["flash-attn==2.5.8"], when: {fact: platform.os, eq: linux}}]',
+                '{packages: {flash-attn: "2.6.3"}}', '{packages: {flash-attn: "2.5.6"}}'),
+    )
+    case: Dict[str, Any] = {"packages": {"flash-attn": "2.6.3", "torch": "2.4.1"}, "python": {"version": "3.10.1"}}
+    facts, workload = case_inputs({**case, "platform": {"os": "Linux 6.8.0", "arch": "x86_64"}})
+    assert pins(plan_fixes(rel, cat, facts, workload))[0].startswith("flash-attn==2.5.")
+    facts, workload = case_inputs({**case, "platform": {"os": "Windows 10", "arch": "AMD64"}})
+    plan = plan_fixes(rel, cat, facts, workload)
+    assert not plan.changes and "NEW-FA" not in plan.cleared

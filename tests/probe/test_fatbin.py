@@ -109,3 +109,90 @@ def test_cache_answers_until_the_file_changes(tmp_path: Path) -> None:
     so.write_bytes(_elf(_container([(2, 80), (2, 120)])))
     os.utime(so, ns=(1, 2))
     assert cached_archs(str(so), cache) == (("sm_80", "sm_120"), None)
+
+
+def test_a_damaged_zero_filled_section_is_read_quickly(tmp_path: Path) -> None:
+    # a .nv_fatbin whose first 256 MB hold no container (damage, or a sparse file): the reader
+    # stepped 8 bytes a seek through it (32M seeks, minutes); it must find the container after it
+    import time
+
+    fat = _container([(2, 100)])
+    gap = 256 << 20
+    so = tmp_path / "flash_attn_2_cuda.so"
+    elf = _elf(b"\0" * 8 + fat)
+    # move the section's data: keep the header, pad the data region with a sparse hole
+    with open(so, "wb") as fh:
+        fh.write(elf[:64])
+        fh.seek(64 + gap)
+        fh.write(fat)
+        tail_off = fh.tell()
+        names = b"\0.shstrtab\0.nv_fatbin\0"
+        fh.write(names)
+        shoff = (fh.tell() + 7) // 8 * 8
+        fh.seek(shoff)
+        fh.write(bytes(64))
+        fh.write(struct.pack("<IIQQQQ", 1, 3, 0, 0, tail_off, len(names)).ljust(64, b"\0"))
+        fh.write(struct.pack("<IIQQQQ", 11, 1, 0, 0, 64, gap + len(fat)).ljust(64, b"\0"))
+        fh.seek(0x28)
+        fh.write(struct.pack("<Q", shoff))
+    t0 = time.perf_counter()
+    assert archs(str(so)) == (("sm_100",), None)
+    assert time.perf_counter() - t0 < 5
+
+
+def test_an_assumed_flash_attn_install_forgets_the_old_extensions_archs() -> None:
+    # `check --assume flash-attn==X` and the fix re-check replace the extension: the sm_80/sm_90
+    # code read from the installed one must not decide for the assumed wheel (it kept
+    # FA2-BLACKWELL-NO-PREBUILT-KERNELS firing for flash-attn 2.8.3's CUDA 12.9 wheel)
+    from doctor.assume import apply_pins
+    from doctor.model import Pin
+
+    doc = _snapshot(["sm_80", "sm_90"])
+    doc["packages"] = {"flash-attn": "2.8.3", "torch": "2.8.0"}
+    doc["torch"] = {"version": "2.8.0", "cuda": "12.8"}
+    doc["python"] = {"version": "3.11.9"}
+    facts = facts_from_snapshot(doc, source="t")
+    rule = "FA2-BLACKWELL-NO-PREBUILT-KERNELS"
+    cat = load_catalogue()
+    assert diagnose(cat, facts, default_workload()).result(rule).status == "fired"
+    for pin in (Pin("flash-attn", "2.8.3"), Pin("torch", "2.8.0")):
+        after = apply_pins(facts, [pin])
+        assert after.cuda.flash_attn_archs is None
+        assert diagnose(cat, after, default_workload()).result(rule).status == "passed"
+
+
+def test_cache_answers_an_unchanged_file_without_reading_it(tmp_path: Path) -> None:
+    # the cache test above passes with a cache that never answers: here the file is unchanged
+    # and its cached entry is what comes back
+    import json
+
+    from doctor.probe.fatbin import cached_archs
+
+    so = tmp_path / "ext.so"
+    so.write_bytes(_elf(_container([(2, 80)])))
+    cache = tmp_path / "cache"
+    assert cached_archs(str(so), cache) == (("sm_80",), None)
+    (entry,) = cache.glob("fatbin-*.json")
+    entry.write_text(json.dumps(["sm_90"]), encoding="utf-8")
+    assert cached_archs(str(so), cache) == (("sm_90",), None)
+
+
+def test_a_damaged_section_table_size_allocates_nothing_large(tmp_path: Path) -> None:
+    # a 64-byte file whose header claims 65535 section headers of 65535 bytes: fh.read() of that
+    # size allocated 4 GiB first (MemoryError, a traceback, under a 2 GiB address-space limit)
+    import subprocess
+    import sys
+
+    head = bytearray(64)
+    head[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<HHH", head, 0x3A, 65535, 65535, 1)
+    so = tmp_path / "bad.so"
+    so.write_bytes(bytes(head))
+    code = (
+        "import resource, sys; from doctor.probe.fatbin import archs; "
+        "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+        "got, why = archs(sys.argv[1]); assert got is None and why, (got, why)"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", code, str(so)], cwd=root, env={"PYTHONPATH": str(root)}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-500:]
