@@ -35,8 +35,8 @@ from doctor.fix.resolve import Resolution, resolve
 from doctor.releases.wheels import WheelChoice, choose_wheel, wheel_target
 from doctor.model import Facts, Finding, Fix, Pin, Severity, Workload
 from doctor.releases.catalogue import ReleaseCatalogue, torch_bundle
-from doctor.rules.conditions import Context, evaluate
-from doctor.rules.evaluate import Diagnosis, diagnose, render, render_workload
+from doctor.rules.conditions import Context
+from doctor.rules.evaluate import Diagnosis, diagnose, offered_fixes, render, render_workload
 from doctor.rules.loader import Catalogue, Rule
 from doctor.versions import parse_version, version_matches
 
@@ -408,10 +408,10 @@ class _Planner:
         except KeyError:
             return []
         # 1. the rule's own fixes
-        ctx = Context(self.facts, self.workload)
-        # a fix whose `when:` is false here is not offered (doctor.rules.evaluate._offered): nor
-        # planned, nor a direction to generate releases in; an undecided one is, as it is offered
-        offered = [fix for fix in rule.fixes if fix.when is None or evaluate(fix.when, ctx).value is not False]
+        # in the context `check` evaluated (backends, call path): a fix whose `when:` is false
+        # there is not offered, so neither planned nor a direction to generate releases in
+        ctx = self.before.context(self.facts, self.workload)
+        offered = [fix for fix, _ in offered_fixes(rule.fixes, ctx)]
         for fix in offered:
             if not fix.checkable:
                 continue  # advice that cannot be re-checked stays advice

@@ -12,9 +12,9 @@ from rich.markup import escape
 from rich.padding import Padding
 from rich.text import Text
 
-from doctor.report.render import unsure_note
 from doctor import __version__
 from doctor.model import Finding, Report
+from doctor.report.render import unsure_note
 from doctor.report.summary import area_lines, backends_by_framework, counts, describe_workload
 
 MARKS = {

@@ -36,6 +36,12 @@ class Diagnosis:
     results: Tuple[RuleResult, ...]  # every rule, for --strict, lint and the rule tests
     selections: Tuple[Tuple[str, Optional[str]], ...]  # framework id -> selected backend id
     path: CallPath  # who runs attention (doctor.rules.callpath)
+    has_backend: Tuple[Tuple[str, Optional[bool]], ...] = ()  # framework id -> some backend available
+
+    def context(self, facts: Facts, workload: Workload) -> Context:
+        """The context the rules were evaluated in, for these facts and this workload (a fix's
+        `when:` or placeholders evaluated later see the same backends and call path)."""
+        return Context(facts, workload, {b.id: b for b in self.backends}, dict(self.selections), dict(self.has_backend), self.path)
 
     def result(self, rule_id: str) -> RuleResult:
         for r in self.results:
@@ -252,7 +258,7 @@ def _status(b: Backend, fw_id: str, fw_in: Outcome, by_backend: Dict[str, List[R
     )
 
 
-def _offered(fixes: Sequence[Fix], ctx: Context) -> List[Tuple[Fix, Tuple[str, ...]]]:
+def offered_fixes(fixes: Sequence[Fix], ctx: Context) -> List[Tuple[Fix, Tuple[str, ...]]]:
     """The fixes that apply here, each with the facts that left its `when:` undecided: a fix
     whose condition is false (a Linux-only wheel on Windows) is not offered; an undecided one is."""
     out: List[Tuple[Fix, Tuple[str, ...]]] = []
@@ -303,7 +309,7 @@ def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
                         workload=render_workload(f.workload, ctx),
                         unsure=unsure,
                     )
-                    for f, unsure in _offered(rule.fixes, ctx)
+                    for f, unsure in offered_fixes(rule.fixes, ctx)
                 ),
                 sources=rule.sources,
                 missing=tuple(dict.fromkeys(out.missing)),
@@ -318,4 +324,5 @@ def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
         results=tuple(results),
         selections=tuple(selections.items()),
         path=path,
+        has_backend=tuple(has_backend.items()),
     )

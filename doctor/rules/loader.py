@@ -279,7 +279,7 @@ def _check_semantics(path: Path, doc: Mapping[str, Any]) -> None:
                 bad = [n for n in offers if n >= len(fixes)]
                 if bad:
                     raise _fail(path, doc, ["rules", i, "tests", kind, k, "offers"], f"fix index {bad[0]} but the rule has {len(fixes)} fix(es)",
-                                hint="offers lists 0-based positions in the rule's fixes:")
+                                hint="offers lists 0-based positions in the rule's fixes")
         for j, fix in enumerate(fixes):
             walk(fix.get("when"), ["rules", i, "fixes", j, "when"])
             for pin in fix.get("pins", ()) or ():

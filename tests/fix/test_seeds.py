@@ -165,15 +165,14 @@ def test_every_rule_with_an_automatic_fix(rule_id: str, fixable_case, cat, rel) 
     facts, workload = case_inputs(fixable_case)
     plan = plan_fixes(rel, cat, facts, workload)
     rule = cat.rule(rule_id)
-    from doctor.rules.conditions import Context, evaluate
+    from doctor.rules.evaluate import diagnose, offered_fixes
 
-    ctx = Context(facts, workload)
+    # a fix whose `when:` is false here is not offered, so not planned either
+    ctx = diagnose(cat, facts, workload).context(facts, workload)
     clearable = any(
         f.checkable and recheck(cat, facts, workload, f, (rule_id,)).verified
-        for f in rule.fixes
-        # a fix whose `when:` is false here is not offered, so not planned either
-        if (f.when is None or evaluate(f.when, ctx).value is not False)
-        and all(rel.exists(p.name, p.version) or rel.torch_row(p.version) for p in f.pins)
+        for f, _ in offered_fixes(rule.fixes, ctx)
+        if all(rel.exists(p.name, p.version) or rel.torch_row(p.version) for p in f.pins)
     )
     if clearable and rule.severity == "warning" and (rule_id in plan.kept_warnings or rule_id in plan.unresolved):
         # a warning is cleared only without moving an installed package, adding a conflict or
