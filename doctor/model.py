@@ -207,6 +207,9 @@ class PythonInfo:
 PLATFORM_OS = ("linux", "windows", "darwin")
 PLATFORM_ARCH = ("x86_64", "aarch64", "ppc64le")
 _ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64", "armv8": "aarch64"}
+# what people write by hand in a snapshot (sys.platform, os.name, marketing names)
+_OS_ALIASES = {"win32": "windows", "win64": "windows", "win": "windows", "nt": "windows",
+               "macos": "darwin", "mac": "darwin", "osx": "darwin", "macosx": "darwin"}
 
 
 @dataclass(frozen=True)
@@ -223,7 +226,8 @@ class PlatformInfo:
         """linux | windows | darwin (or the first word of `os`, lower case); None if unknown."""
         if not self.os or not self.os.strip():
             return None
-        return self.os.split()[0].lower()
+        word = self.os.split()[0].lower()
+        return _OS_ALIASES.get(word, word)
 
     @property
     def machine(self) -> Optional[str]:

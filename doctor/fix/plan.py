@@ -36,7 +36,7 @@ from doctor.releases.wheels import WheelChoice, choose_wheel, wheel_target
 from doctor.model import Facts, Finding, Fix, Pin, Severity, Workload
 from doctor.releases.catalogue import ReleaseCatalogue, torch_bundle
 from doctor.rules.conditions import Context
-from doctor.rules.evaluate import Diagnosis, diagnose, offered_fixes, render, render_workload
+from doctor.rules.evaluate import Diagnosis, diagnose, offered_fixes, render, render_workload, unsure_note
 from doctor.rules.loader import Catalogue, Rule
 from doctor.versions import parse_version, version_matches
 
@@ -227,6 +227,7 @@ class _Planner:
         self.notes: List[str] = []
         self.pool: List[Change] = []
         self.by_rule: Dict[str, List[int]] = {}
+        self._undecided: Dict[str, Fix] = {}  # package -> the undecided fix whose direction is being generated
         self.evals: Dict[FrozenSet[int], Optional[_Eval]] = {}
         self.installable_memo: Dict[Tuple[Tuple[str, str], ...], bool] = {}
         # facts and workload as a merged set of changes leaves them, and their diagnosis (None:
@@ -360,6 +361,11 @@ class _Planner:
             return self.installed.get(name) or self.facts.cudnn.version
         return self.installed.get(name)
 
+    def _generated(self, name: str, fix: Fix) -> Fix:
+        """A version generated in a direction only undecided fixes point: as undecided as they."""
+        src = self._undecided.get(name)
+        return replace(fix, when=src.when, unsure=src.unsure) if src is not None else fix
+
     def _generate_versions(self, rule: Rule, name: str, current: Optional[str], ways: Set[str]) -> None:
         ordered = self.rel.versions(name)
         if not ordered:
@@ -393,7 +399,7 @@ class _Planner:
                     b = self.rel.torch_row(version)
                     desc = f"Move torch {current} -> {version} (bundles CUDA {b.cuda}, cuDNN {b.cudnn})" if b else desc
                     cost = "a torch change: flash-attn and TransformerEngine must be reinstalled for it"
-                change = Change(rule.id, Fix(desc, pins=pins, cost=cost), origin="catalogue")
+                change = Change(rule.id, self._generated(name, Fix(desc, pins=pins, cost=cost)), origin="catalogue")
                 if self._add(change):
                     kept += 1
                 if kept >= PER_DIRECTION:
@@ -411,7 +417,7 @@ class _Planner:
         # in the context `check` evaluated (backends, call path): a fix whose `when:` is false
         # there is not offered, so neither planned nor a direction to generate releases in
         ctx = self.before.context(self.facts, self.workload)
-        offered = [fix for fix, _ in offered_fixes(rule.fixes, ctx)]
+        offered = [replace(fix, unsure=unsure) for fix, unsure in offered_fixes(rule.fixes, ctx)]
         for fix in offered:
             if not fix.checkable:
                 continue  # advice that cannot be re-checked stays advice
@@ -447,17 +453,28 @@ class _Planner:
         #    gets the nearest lower flash-attn that fits; moving out of a range the other way
         #    could drop the feature the workload uses).
         directions: Dict[str, Set[str]] = {}
+        # a direction that only undecided fixes point (a Linux-only pin where the platform is not
+        # known) is as undecided: the versions generated in it carry that fix's `when:` and why
+        self._undecided = {}
+        decided: Set[str] = set()
         for fix in offered:
             for pin in fix.pins:
                 name, version = pin.name, pin.version
                 if name.startswith("nvidia-cudnn-cu"):
                     name = self.cudnn_dist() or name
+                for key in {name, "torch"} if pin.name.startswith("nvidia-cudnn-cu") else {name}:
+                    if fix.unsure:
+                        self._undecided.setdefault(key, fix)
+                    else:
+                        decided.add(key)
                 current = self._current(name)
                 if current is None or _v(version) == _v(current):
                     continue
                 directions.setdefault(name, set()).add("down" if _v(version) < _v(current) else "up")
                 if name.startswith("nvidia-cudnn-cu"):
                     directions.setdefault("torch", set()).add("down" if _v(version) < _v(current) else "up")
+        for key in decided:
+            self._undecided.pop(key, None)
         for name, ways in directions.items():
             if name == "torch":
                 if self.torch0:
@@ -488,11 +505,11 @@ class _Planner:
                 clean = self._add(
                     Change(
                         rule.id,
-                        Fix(
+                        self._generated("torch", Fix(
                             f"Move torch {self.torch0} -> {row.version} (bundles CUDA {row.cuda}, cuDNN {row.cudnn})",
                             pins=(Pin("torch", row.version),),
                             cost="a torch change: flash-attn and TransformerEngine must be reinstalled for it",
-                        ),
+                        )),
                         origin="catalogue",
                     )
                 )
@@ -773,6 +790,9 @@ def _steps(planner: _Planner, ev: _Eval, changes: Sequence[Change], wheels: Sequ
         steps.append(Step("config", item))
     for note in merged.notes:
         steps.append(Step("note", note))
+    for ch in changes:
+        if ch.fix.unsure:  # offered though its `when:` could not be decided here: say so by the plan
+            steps.append(Step("note", f"{ch.rule_id}'s fix may not apply here: {unsure_note(ch.fix)}", rule_ids=(ch.rule_id,)))
     cmd = " ".join(["attn-doctor check", *check_args(merged.pins, merged.env, merged.workload)])
     steps.append(Step("verify", "Re-check with the plan assumed (what-if) before installing; after installing, run `attn-doctor check` again", cmd))
     return steps

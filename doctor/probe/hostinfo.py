@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import platform
 import sys
@@ -17,16 +18,21 @@ class HostInfo:
     executable: str
     os: str
     arch: str
-    libc: Optional[str]  # "glibc 2.35"; None on musl / non-Linux
+    libc: Optional[str]  # "glibc 2.35"; "musl" / "non-glibc" on other Linux C libraries; None off Linux
 
 
-def _libc() -> Optional[str]:
+def _libc(system: str) -> Optional[str]:
     # os.confstr answers at once; platform.libc_ver() reads the whole interpreter binary
     try:
         value = os.confstr("CS_GNU_LIBC_VERSION")
     except (AttributeError, ValueError, OSError):
+        value = None
+    if value:
+        return value
+    if system != "Linux":
         return None
-    return value or None
+    # Linux without glibc: say so, so that "not glibc" is a known answer and not a missing one
+    return "musl" if glob.glob("/lib/ld-musl-*.so.1") else "non-glibc"
 
 
 def probe() -> HostInfo:
@@ -39,5 +45,5 @@ def probe() -> HostInfo:
         executable=sys.executable,
         os=f"{uname.system} {uname.release}".strip(),
         arch=uname.machine,
-        libc=_libc(),
+        libc=_libc(uname.system),
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Dict
 from xml.sax.saxutils import escape, quoteattr
 
+from doctor.rules.evaluate import unsure_note
 from doctor.model import Finding, Report, Severity
 
 
@@ -22,7 +23,9 @@ def render_check_junit(report: Report, *, fail_on: str = "error", strict: bool =
         body = ""
         if f is not None and status == "fired" and f.status != "refuted" and f.severity.at_least(Severity(fail_on)):
             failures += 1
-            fixes = "; ".join(x.description for x in f.fixes) or "see sources"
+            fixes = "; ".join(
+                x.description + (f" (may not apply here: {unsure_note(x)})" if x.unsure else "") for x in f.fixes
+            ) or "see sources"
             body = f"<failure type={quoteattr(f.severity)} message={quoteattr(f.title)}>{escape(f.message)}\nFix: {escape(fixes)}</failure>"
         elif f is not None and status == "fired":
             body = f"<system-out>{escape(f'{f.severity}: {f.message}')}</system-out>"

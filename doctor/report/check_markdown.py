@@ -6,7 +6,7 @@ from typing import List
 
 from doctor import __version__
 from doctor.model import Report
-from doctor.report.render import unsure_note
+from doctor.rules.evaluate import unsure_note
 from doctor.report.summary import area_lines, backends_by_framework, counts, describe_workload
 
 _ICON = {"ok": "✅", "warning": "⚠️", "error": "❌", "info": "ℹ️", "unknown": "❔"}

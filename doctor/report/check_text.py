@@ -14,7 +14,7 @@ from rich.text import Text
 
 from doctor import __version__
 from doctor.model import Finding, Report
-from doctor.report.render import unsure_note
+from doctor.rules.evaluate import unsure_note
 from doctor.report.summary import area_lines, backends_by_framework, counts, describe_workload
 
 MARKS = {

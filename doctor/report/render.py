@@ -14,12 +14,9 @@ import importlib
 import os
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from doctor.errors import InputError
-
-if TYPE_CHECKING:
-    from doctor.model import Fix
 
 
 @dataclass(frozen=True)
@@ -96,11 +93,3 @@ def check_format(kind: str, name: str) -> str:
 
 def render(kind: str, name: str, value: Any, style: Style) -> str:
     return FORMATTERS[kind][check_format(kind, name)](value, style)
-
-
-def unsure_note(fix: "Fix") -> str:
-    """Why a fix with a `when:` was offered though it may not apply: what it is for, and the
-    facts that could not be read ("for gpu.sm >= 80; could not check gpu.sm: no GPU found")."""
-    from doctor.rules.conditions import describe
-
-    return f"it is for {describe(fix.when)}; could not check {'; '.join(fix.unsure)}"

@@ -370,7 +370,10 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
         # linux | windows | darwin, x86_64 | aarch64, the glibc version (None: musl or not Linux)
         p = facts.platform
         val = {"os": p.system, "arch": p.machine, "libc": p.glibc}[rest]
-        if val is not None or (rest == "libc" and p.system is not None):
+        # libc: None is an answer (not glibc) only where the probe named another C library or
+        # the OS has none; a Linux snapshot without a libc entry leaves it unknown
+        libc_known = bool(p.libc and p.libc.strip()) or p.system in ("windows", "darwin")
+        if val is not None or (rest == "libc" and libc_known):
             return Value(True, val)
         return _unknown(path, facts, "not probed")
     if head in ("torch", "cuda", "cudnn", "python"):

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from doctor.model import BackendStatus, Facts, Finding, FindingStatus, Fix, Severity, Workload
 from doctor.rules.callpath import CallPath, infer
-from doctor.rules.conditions import Context, Outcome, evaluate
+from doctor.rules.conditions import Context, Outcome, describe, evaluate
 from doctor.rules.loader import WHOLE_PLACEHOLDER, Backend, Catalogue, Framework, Rule
 
 
@@ -258,6 +258,12 @@ def _status(b: Backend, fw_id: str, fw_in: Outcome, by_backend: Dict[str, List[R
     )
 
 
+def unsure_note(fix: Fix) -> str:
+    """Why a fix with a `when:` was offered though it may not apply: what it is for, and the
+    facts that could not be read ("for gpu.sm >= 80; could not check gpu.sm: no GPU found")."""
+    return f"it is for {describe(fix.when)}; could not check {'; '.join(fix.unsure)}"
+
+
 def offered_fixes(fixes: Sequence[Fix], ctx: Context) -> List[Tuple[Fix, Tuple[str, ...]]]:
     """The fixes that apply here, each with the facts that left its `when:` undecided: a fix
     whose condition is false (a Linux-only wheel on Windows) is not offered; an undecided one is."""
@@ -270,6 +276,22 @@ def offered_fixes(fixes: Sequence[Fix], ctx: Context) -> List[Tuple[Fix, Tuple[s
         if got.value is not False:
             out.append((f, () if got.value else tuple(dict.fromkeys(got.missing))))
     return out
+
+
+def rendered_fixes(fixes: Sequence[Fix], ctx: Context) -> Tuple[Fix, ...]:
+    """A rule's fixes as a finding carries them: only those offered here, placeholders filled,
+    each with the facts that left its `when:` undecided."""
+    return tuple(
+        replace(
+            f,
+            description=render(f.description, ctx),
+            cost=render(f.cost, ctx) if f.cost else None,
+            config=tuple(render(c, ctx) for c in f.config),
+            workload=render_workload(f.workload, ctx),
+            unsure=unsure,
+        )
+        for f, unsure in offered_fixes(fixes, ctx)
+    )
 
 
 def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
@@ -300,17 +322,7 @@ def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
                 title=render(rule.title, ctx),
                 message=render(rule.message, ctx),
                 status=status,
-                fixes=tuple(
-                    replace(
-                        f,
-                        description=render(f.description, ctx),
-                        cost=render(f.cost, ctx) if f.cost else None,
-                        config=tuple(render(c, ctx) for c in f.config),
-                        workload=render_workload(f.workload, ctx),
-                        unsure=unsure,
-                    )
-                    for f, unsure in offered_fixes(rule.fixes, ctx)
-                ),
+                fixes=rendered_fixes(rule.fixes, ctx),
                 sources=rule.sources,
                 missing=tuple(dict.fromkeys(out.missing)),
                 area=rule.area,

@@ -91,9 +91,10 @@ def link_kernels(report: Report, cat: Catalogue, kernel_run: KernelRun) -> Repor
                 ev.append(f"mismatch (the rules expected it to work): {_describe(c)}")
         backends.append(replace(b, evidence=tuple(ev)) if ev else b)
     from doctor.rules.conditions import Context
-    from doctor.rules.evaluate import render
+    from doctor.rules.evaluate import render, rendered_fixes
 
-    ctx = Context(report.facts, report.workload)
+    # the context check evaluated in (backends, call path), so a fix's `when:` reads the same
+    ctx = Context(report.facts, report.workload, {b.id: b for b in report.backends}, path=report.call_path)
     known = {r.id: r for r in cat.rules if r.kernels}
     for c in results:
         if c.id in explained or c.status not in BAD:
@@ -114,7 +115,7 @@ def link_kernels(report: Report, cat: Catalogue, kernel_run: KernelRun) -> Repor
                     ),
                     status="confirmed",
                     area="kernels",
-                    fixes=rule.fixes,
+                    fixes=rendered_fixes(rule.fixes, ctx),
                     sources=rule.sources,
                     evidence=(_describe(c),),
                 )

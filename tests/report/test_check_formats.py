@@ -103,3 +103,18 @@ def test_json_contract(report) -> None:  # type: ignore[no-untyped-def]
 def test_fail_threshold_and_strict(report) -> None:  # type: ignore[no-untyped-def]
     assert fail_count(report, "error", strict=False) == 1
     assert fail_count(report, "info", strict=False) == 1
+
+
+def test_junit_failure_says_which_fix_may_not_apply(report) -> None:  # type: ignore[no-untyped-def]
+    # an offered fix whose `when:` could not be decided carries the same note in JUnit as in text
+    from dataclasses import replace
+
+    findings = []
+    for f in report.findings:
+        if f.rule_id == "TE-NO-BACKEND" and f.fixes:
+            fixes = (replace(f.fixes[0], when={"fact": "gpu.sm", "ge": 90}, unsure=("gpu.sm: no GPU found",)), *f.fixes[1:])
+            f = replace(f, fixes=fixes)
+        findings.append(f)
+    xml = render_check_junit(replace(report, findings=tuple(findings)))
+    (failure,) = [tc.find("failure") for tc in ET.fromstring(xml).iter("testcase") if tc.find("failure") is not None]
+    assert "may not apply here: it is for gpu.sm >= 90; could not check gpu.sm: no GPU found" in (failure.text or "")

@@ -104,6 +104,8 @@ def test_bad_fix_conditions_and_offers_are_named(tmp_path: Path, edit, needle: s
         ("Darwin 24.1.0", "arm64", None, ("darwin", "aarch64", None)),
         ("Linux 6.1.0", "aarch64", "musl 1.2.4", ("linux", "aarch64", None)),
         (None, None, None, (None, None, None)),
+        ("win32", "x64", None, ("windows", "x86_64", None)),
+        ("macOS 15.1", "arm64", None, ("darwin", "aarch64", None)),
     ],
 )
 def test_platform_facts_read_the_snapshot_words(os_, arch, libc, want) -> None:  # type: ignore[no-untyped-def]
@@ -126,7 +128,7 @@ def test_probe_records_platform_that_rules_read() -> None:
 def test_undecided_fix_note_says_what_it_is_for(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from doctor.report.render import unsure_note
+    from doctor.rules.evaluate import unsure_note
 
     cat = _cat(tmp_path)
     d = diagnose(cat, facts_from_snapshot({"packages": {"flash-attn": "2.7.4"}, "env": {}}, source="t"), default_workload())
@@ -150,3 +152,21 @@ def test_a_diagnosis_gives_back_the_context_fix_conditions_are_judged_in() -> No
         workload = build({"framework": "transformers", "attn_implementation": impl}, base=default_workload(), source="t")
         ctx = diagnose(cat, facts, workload).context(facts, workload)
         assert evaluate({"backend": "transformers.flash_attention_2", "selected": True}, ctx).value is want, impl
+
+
+@pytest.mark.parametrize(
+    "platform,known,value",
+    [
+        ({"os": "Linux 6.8.0", "arch": "x86_64", "libc": "glibc 2.39"}, True, "2.39"),
+        ({"os": "Linux 6.1.0", "arch": "aarch64", "libc": "musl"}, True, None),
+        ({"os": "Windows 10", "arch": "AMD64"}, True, None),
+        # a Linux snapshot that does not say which C library: not glibc is not known
+        ({"os": "Linux 6.8.0", "arch": "x86_64"}, False, None),
+    ],
+)
+def test_platform_libc_is_unknown_where_the_snapshot_does_not_say(platform, known, value) -> None:  # type: ignore[no-untyped-def]
+    from doctor.rules.conditions import resolve
+
+    facts = facts_from_snapshot({"platform": platform}, source="t")
+    got = resolve("platform.libc", facts, default_workload())
+    assert (got.known, got.value if got.known else None) == (known, value)

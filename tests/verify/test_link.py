@@ -95,3 +95,38 @@ def test_each_case_is_judged_against_the_prediction_for_its_own_shape() -> None:
     assert any(e.startswith("confirmed (SDPA-FLASH-HEAD-DIM)") and hd320.id in e for e in flash.evidence)
     assert any(e.startswith("mismatch") and hd128.id in e for e in flash.evidence)
     assert not [f for f in r.findings if f.rule_id.startswith("KERNEL-")]  # refusals are not failures
+
+
+def test_a_kernel_finding_offers_the_rule_fixes_that_apply_here(tmp_path: Path) -> None:
+    # a failing case of a rule that did not fire is reported with that rule's fixes as check
+    # offers them: a fix whose `when:` is false here (an sm < 80 fix on this H100) is left out,
+    # and placeholders are filled
+    (tmp_path / "r.yaml").write_text(
+        """
+rules:
+  - id: MY-VARLEN
+    severity: error
+    area: test
+    title: my varlen rule
+    message: fires only on a workload this one is not
+    when: {fact: workload.head_dim_qk, eq: 7}
+    kernels: ["sdpa.cudnn/*mycase*"]
+    fixes:
+      - {description: "for old GPUs only", env: {MY_SWITCH: "1"}, when: {fact: gpu.sm, lt: 80}}
+      - {description: "on {gpu.sm}: use another backend", env: {MY_SWITCH: "2"}}
+    sources: [https://github.com/example/example/issues/1]
+    tests:
+      fires: [{workload: {head_dim_qk: 7}}]
+      passes: [{workload: {head_dim_qk: 8}}]
+""",
+        encoding="utf-8",
+    )
+    inputs = Inputs(
+        facts=facts_from_snapshot(json.loads(SEED.with_suffix(".snapshot.json").read_text())),
+        workload=resolve_workload(workload_file=SEED.with_suffix(".workload.yaml")),
+        catalogue=load_catalogue([tmp_path], use_cache=False),
+    )
+    case = "sdpa.cudnn/bf16/hd64/mycase/fwdbwd"
+    r = check(inputs, kernel_run=FakeRun(results=(CaseResult(case, "sdpa.cudnn", "failed", "rel err 3", max_rel_error=3.0),)))
+    f = finding(r, "KERNEL-MY-VARLEN")
+    assert [x.description for x in f.fixes] == ["on sm90: use another backend"]
