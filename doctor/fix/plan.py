@@ -223,6 +223,8 @@ class _Planner:
         pv = parse_version(facts.python.version) if facts.python.version else None
         self.python: Optional[str] = f"{pv.major}.{pv.minor}" if pv else None
         self.env0: Dict[str, str] = dict(facts.env or {})
+        plat = facts.platform
+        self.platform: Optional[str] = f"{plat.system}-{plat.machine}" if plat.system and plat.machine else None
         self.targets: List[str] = _fired_bad(before)
         self.notes: List[str] = []
         self.pool: List[Change] = []
@@ -274,7 +276,8 @@ class _Planner:
         return out
 
     def _python_ok(self, name: str, version: str) -> bool:
-        return self.rel.python_ok(name, version, self.python)
+        """Does PyPI have this release for this Python and this platform (where known)?"""
+        return self.rel.python_ok(name, version, self.python) and self.rel.platform_ok(name, version, self.platform)
 
     def cudnn_dist(self, torch_version: Optional[str] = None) -> Optional[str]:
         cuda = None
@@ -314,6 +317,9 @@ class _Planner:
             return None
         elif not self.rel.exists(name, version):
             self.notes.append(f"{rule_id}: {name}=={version} is not a release on PyPI; nearby releases are tried instead")
+            return None
+        if not self.rel.platform_ok(name, version, self.platform):
+            self.notes.append(f"{rule_id}: PyPI has no {name}=={version} wheel for {self.platform}; not pinned")
             return None
         if not self._python_ok(name, version):
             self.notes.append(f"{rule_id}: {name}=={version} does not install on Python {self.python}")

@@ -88,6 +88,9 @@ class Release:
     file: Optional[str] = None  # the file pip installs on Linux x86_64
     size: Optional[int] = None  # its size in bytes
     kind: Optional[str] = None  # wheel | sdist (an sdist builds on install)
+    # the platforms PyPI has a binary wheel for ("linux-x86_64", "darwin-aarch64", ...); None:
+    # not recorded, or a pure-Python wheel that installs anywhere
+    platforms: Optional[Tuple[str, ...]] = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,17 @@ class ReleaseCatalogue:
             if row.version == version:
                 return row
         return None
+
+    def platform_ok(self, name: str, version: str, platform: Optional[str]) -> bool:
+        """Has PyPI a wheel of this version for this platform ("darwin-x86_64")? True when
+        either is unknown or the release's platforms were not recorded."""
+        if not platform:
+            return True
+        pkg = self.packages.get(name)
+        rel = pkg.get(version) if pkg else None
+        if rel is None or rel.platforms is None:
+            return True
+        return platform in rel.platforms
 
     def python_ok(self, name: str, version: str, python: Optional[str]) -> bool:
         """Can this version be installed on this Python? True when either is unknown."""
@@ -251,6 +265,7 @@ def _catalogue(directory: Optional[str]) -> ReleaseCatalogue:
                     file=(r.get("file") or {}).get("name"),
                     size=(r.get("file") or {}).get("size"),
                     kind=(r.get("file") or {}).get("kind"),
+                    platforms=tuple(str(x) for x in r["platforms"]) if r.get("platforms") else None,
                 )
                 for r in rows
             ),

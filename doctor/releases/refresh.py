@@ -21,7 +21,7 @@ import json
 import re
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -100,6 +100,7 @@ class Found:
     releases: Tuple[Tuple[str, Optional[str]], ...]  # (version, python spec)
     torch_rows: Tuple[Mapping[str, Any], ...] = ()  # new torch bundles (JSON API only)
     source: str = ""
+    platforms: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)  # version -> wheel platforms (JSON API only)
 
 
 def via_pip(name: str, python: str, runner: Runner) -> Found:
@@ -127,6 +128,28 @@ def via_pip(name: str, python: str, runner: Runner) -> Found:
 
 
 _CP = re.compile(r"-cp(\d)(\d+)-")
+_PLATFORM_TAGS = (("macosx", "darwin"), ("win", "windows"), ("linux", "linux"))  # in this order: "manylinux" holds no "win"
+_MACHINES = (("x86_64", "x86_64"), ("amd64", "x86_64"), ("aarch64", "aarch64"), ("arm64", "aarch64"))
+
+
+def wheel_platforms(filenames: Iterable[str]) -> Optional[Tuple[str, ...]]:
+    """The platforms ("linux-x86_64", "darwin-aarch64", "windows-x86_64", ...) the binary wheels
+    among these file names are for; None when there is a pure-Python wheel (it installs
+    anywhere) or no wheel at all."""
+    out = set()
+    for name in filenames:
+        if not name.endswith(".whl"):
+            continue
+        tag = name[: -len(".whl")].split("-")[-1].lower()
+        if tag == "any":
+            return None
+        system = next((sys_ for key, sys_ in _PLATFORM_TAGS if key in tag), None)
+        machine = next((m for key, m in _MACHINES if key in tag), None)
+        if system and machine:
+            out.add(f"{system}-{machine}")
+        elif system == "darwin" and "universal2" in tag:
+            out.update({"darwin-x86_64", "darwin-aarch64"})
+    return tuple(sorted(out)) or None
 
 
 def _torch_row(version: str, info: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
@@ -160,6 +183,7 @@ def via_json(name: str, index: str, fetch: Fetcher, known_torch: Iterable[str] =
     except (OSError, ValueError, urllib.error.URLError) as exc:
         raise IndexUnreachable(f"{base}/pypi/{name}/json: {exc}") from None
     rels: List[Tuple[str, Optional[str]]] = []
+    platforms: Dict[str, Tuple[str, ...]] = {}
     torch_rows: List[Mapping[str, Any]] = []
     known = set(known_torch)
     for version, files in sorted((doc.get("releases") or {}).items(), key=lambda kv: _version_key(kv[0])):
@@ -183,7 +207,10 @@ def via_json(name: str, index: str, fetch: Fetcher, known_torch: Iterable[str] =
                     row["python"] = spec
                     torch_rows.append(row)
         rels.append((version, spec))
-    return Found(name=name, releases=tuple(rels), torch_rows=tuple(torch_rows), source=f"{base}/pypi/{name}/json")
+        plats = wheel_platforms(str(f.get("filename", "")) for f in files)
+        if plats:
+            platforms[version] = plats
+    return Found(name=name, releases=tuple(rels), torch_rows=tuple(torch_rows), source=f"{base}/pypi/{name}/json", platforms=platforms)
 
 
 # --------------------------------------------------------------------------- merge and write
@@ -205,6 +232,8 @@ def merge(existing: Mapping[str, Any], found: Found, retrieved: str) -> Tuple[Di
         row = rows.setdefault(version, {"version": version})
         if spec:
             row["python"] = spec
+        if version in found.platforms:
+            row["platforms"] = list(found.platforms[version])
     added = tuple(v for v, _ in found.releases if v not in old)
     doc.setdefault("about", f"Every version of {found.name} on PyPI and the Pythons it installs on.")
     doc["package"] = found.name

@@ -123,6 +123,31 @@ def test_json_api_reads_python_and_new_torch_bundles() -> None:
     assert row["cxx11_abi"] is True
 
 
+@pytest.mark.parametrize(
+    "files,want",
+    [
+        # torch 2.3+ on PyPI: no Intel-mac wheel (the last is 2.2.2)
+        (["torch-2.6.0-cp311-cp311-manylinux_2_28_x86_64.whl", "torch-2.6.0-cp311-cp311-manylinux_2_28_aarch64.whl",
+          "torch-2.6.0-cp311-none-macosx_11_0_arm64.whl", "torch-2.6.0-cp311-cp311-win_amd64.whl"],
+         ("darwin-aarch64", "linux-aarch64", "linux-x86_64", "windows-x86_64")),
+        (["torch-2.2.2-cp311-none-macosx_10_9_x86_64.whl", "torch-2.2.2-cp311-cp311-manylinux1_x86_64.whl"], ("darwin-x86_64", "linux-x86_64")),
+        (["x-1.0-cp311-cp311-macosx_10_9_universal2.whl"], ("darwin-aarch64", "darwin-x86_64")),
+        (["accelerate-1.12.0-py3-none-any.whl", "accelerate-1.12.0.tar.gz"], None),  # installs anywhere
+        (["flash_attn-2.8.3.tar.gz"], None),  # an sdist only: built where it is installed
+    ],
+)
+def test_wheel_platforms_from_file_names(files, want) -> None:  # type: ignore[no-untyped-def]
+    from doctor.releases.refresh import wheel_platforms
+
+    assert wheel_platforms(files) == want
+
+
+def test_the_shipped_torch_table_knows_intel_macs_stop_at_2_2_2(rel) -> None:  # type: ignore[no-untyped-def]
+    assert rel.platform_ok("torch", "2.2.2", "darwin-x86_64") and not rel.platform_ok("torch", "2.6.0", "darwin-x86_64")
+    assert rel.platform_ok("torch", "2.6.0", "darwin-aarch64") and rel.platform_ok("torch", "2.6.0", "linux-aarch64")
+    assert rel.platform_ok("torch", "2.6.0", None)  # platform unknown: not held against the pin
+
+
 def test_json_api_unreachable() -> None:
     def fetch(url: str) -> Any:
         raise OSError("connection refused")

@@ -215,3 +215,23 @@ def test_a_fix_with_when_is_planned_only_where_it_may_apply(tmp_path: Path, rel)
     plan = plan_fixes(rel, cat, facts, workload)
     notes = [s.text for s in plan.steps if s.kind == "note" and "NEW-FA" in s.rule_ids]
     assert notes and "may not apply here" in notes[0] and "platform.os = linux" in notes[0], notes
+
+
+def test_a_pin_pypi_has_no_wheel_for_on_this_platform_is_not_planned(tmp_path: Path, rel) -> None:  # type: ignore[no-untyped-def]
+    # PyPI's newest torch for Intel macOS is 2.2.2: a rule that pins torch 2.6.0 is not planned
+    # there (with a note), and the planner looks for a torch that has a wheel instead
+    cat = _catalogue(
+        tmp_path,
+        HEAD
+        + _rule("OLD-TORCH", '{package: torch, version: "<2.1"}', '[{description: upgrade torch, pins: ["torch==2.6.0"]}]',
+                '{packages: {torch: "2.0.1"}}', '{packages: {torch: "2.6.0"}}'),
+    )
+    case: Dict[str, Any] = {"packages": {"torch": "2.0.1"}, "torch": {"version": "2.0.1"}, "python": {"version": "3.10.1"}}
+    facts, workload = case_inputs({**case, "platform": {"os": "Darwin 23.6.0", "arch": "x86_64"}})
+    plan = plan_fixes(rel, cat, facts, workload)
+    assert "torch==2.6.0" not in pins(plan)
+    assert all(rel.platform_ok("torch", p.split("==")[1], "darwin-x86_64") for p in pins(plan) if p.startswith("torch=="))
+    assert any("no torch==2.6.0 wheel for darwin-x86_64" in n for n in plan.notes), plan.notes
+    assert pins(plan), "a torch that has an Intel-mac wheel still clears it"
+    facts, workload = case_inputs({**case, "platform": {"os": "Darwin 23.6.0", "arch": "arm64"}})
+    assert not [n for n in plan_fixes(rel, cat, facts, workload).notes if "wheel for" in n]
