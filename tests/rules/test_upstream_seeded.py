@@ -75,7 +75,7 @@ def test_wheel_abi_finding_follows_the_publish_matrix() -> None:
         case = {
             "packages": {"flash-attn": rel["version"], "torch": "2.6.0"},
             "torch": {"version": "2.6.0", "cuda": "12.4", "cxx11_abi": False},
-            "imports": {"flash_attn": {"status": "error", "error": "undefined symbol"}},
+            "imports": {"flash_attn": {"status": "error", "error": "undefined symbol: _ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"}},
         }
         want = "fired" if rel["version"].startswith("2.8.") else "passed"
         assert _status(rule, case) == want, (rel["version"], want)
