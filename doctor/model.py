@@ -13,6 +13,8 @@ and every fact under it is unknown; the reason is kept in `Facts.unknown`.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
@@ -242,7 +244,10 @@ class PlatformInfo:
         """The glibc version ("2.35"), None on musl, macOS, Windows or when not probed."""
         if not self.libc:
             return None
-        name, _, version = self.libc.strip().partition(" ")
+        text = self.libc.strip()
+        if re.fullmatch(r"\d+\.\d+(\.\d+)?", text):
+            return text  # a bare version, as people write glibc's ("2.31")
+        name, _, version = text.partition(" ")
         if name.lower() != "glibc":
             return None
         return version.strip() or None
