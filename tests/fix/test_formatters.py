@@ -22,7 +22,7 @@ URL = "https://github.com/Dao-AILab/flash-attention/releases/download/v2.5.9.pos
 
 
 def _plan() -> FixPlan:
-    softcap = Finding("TE-CP-FLASH-ATTN-SOFTCAP", Severity.ERROR, "Context-parallel backward crashes on flash-attn >= 2.6 with TransformerEngine 1.13.0", "...", "fired")
+    softcap = Finding("TE-CP-FLASH-ATTN-SOFTCAP", Severity.ERROR, "Context-parallel attention crashes on flash-attn 2.6 (no softcap argument) with TransformerEngine 1.13.0", "...", "fired")
     allgather = Finding("TE-CP-ALLGATHER-CUDNN-LT-9-3", Severity.ERROR, "Context-parallel all_gather needs cuDNN >= 9.3 for FusedAttention", "...", "fired")
     slow = Finding("FA-NO-KERNEL-FOR-WORKLOAD", Severity.WARNING, "flash-attn is installed, but none of its kernels can run this workload", "...", "fired")
     return FixPlan(
