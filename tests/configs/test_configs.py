@@ -117,7 +117,7 @@ def test_te_log_of_an_fp8_run_says_whether_attention_runs_in_fp8(recipe: str, dt
 
 
 @pytest.mark.parametrize("name,packages", [
-    ("requirements-freeze.txt", {"torch": "2.4.1", "transformer-engine": "1.13.0", "flash-attn": "2.6.3", "transformers": "4.44.2", "xtuner": "0.1.23"}),
+    ("requirements-freeze.txt", {"torch": "2.4.1", "transformer-engine": "1.13.0", "flash-attn": "2.6.3", "transformers": "4.44.2", "xtuner": "0.1.23", "deepspeed": "0.14.4"}),
     ("uv.lock", {"torch": "2.6.0", "flash-attn": "2.7.4.post1"}),
 ])
 def test_package_lists(name: str, packages: Dict[str, str]) -> None:
