@@ -245,8 +245,10 @@ class PlatformInfo:
         if not self.libc:
             return None
         text = self.libc.strip()
-        if re.fullmatch(r"\d+\.\d+(\.\d+)?", text):
-            return text  # a bare version, as people write glibc's ("2.31")
+        # a bare version, as people write glibc's ("2.31"); glibc is 2.x, so a bare "1.2.4"
+        # (musl's numbering) is not taken for an ancient glibc
+        if re.fullmatch(r"2\.\d+(\.\d+)?", text):
+            return text
         name, _, version = text.partition(" ")
         if name.lower() != "glibc":
             return None

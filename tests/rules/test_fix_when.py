@@ -104,6 +104,7 @@ def test_bad_fix_conditions_and_offers_are_named(tmp_path: Path, edit, needle: s
         ("Darwin 24.1.0", "arm64", None, ("darwin", "aarch64", None)),
         ("Linux 6.1.0", "aarch64", "musl 1.2.4", ("linux", "aarch64", None)),
         ("Linux 5.4.0", "x86_64", "2.31", ("linux", "x86_64", "2.31")),  # a bare version is glibc's
+        ("Linux 6.1.0", "x86_64", "1.2.4", ("linux", "x86_64", None)),  # a bare 1.x is not glibc's
         (None, None, None, (None, None, None)),
         ("win32", "x64", None, ("windows", "x86_64", None)),
         ("macOS 15.1", "arm64", None, ("darwin", "aarch64", None)),
