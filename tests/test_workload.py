@@ -230,3 +230,20 @@ def test_queries_per_batch_head_is_below_6_exactly_when_6_batch_heads_exceed_the
     for seq in range(1, 400, 7):
         w = Workload(batch_size=2, num_heads=16, num_kv_heads=16, seq_len_q=seq, seq_len_kv=seq)
         assert (w.queries_per_batch_head < 6) is (6 * w.batch_heads > seq)
+
+
+def test_a_plans_context_parallel_change_round_trips_through_the_check_flags() -> None:
+    # the fix plan's re-check command carries every context_parallel key a fix may change
+    # (a Ulysses wrapper's attention included), so the re-check sees the fixed workload
+    import shlex
+
+    from doctor.fix.plan import check_args
+
+    change = {"attn_implementation": "sdpa", "context_parallel": {"size": 2, "impl": "ulysses", "comm_type": "a2a", "attn_implementation": "sdpa"}}
+    argv = shlex.split(" ".join(check_args({}, {}, change)))
+    assert parse_workload_flags(argv) == {
+        "attn_implementation": "sdpa",
+        "context_parallel": {"size": "2", "impl": "ulysses", "comm_type": "a2a", "attn_implementation": "sdpa"},
+    }
+    w = resolve_workload(flags=parse_workload_flags(argv))
+    assert (w.cp_size, w.cp_impl, w.cp_attn_implementation) == (2, "ulysses", "sdpa")

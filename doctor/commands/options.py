@@ -18,7 +18,7 @@ from doctor.workload import BOOL_KEYS, KEYS
 if TYPE_CHECKING:
     from doctor.app import CheckOptions
 
-FLAG_KEYS = tuple(k for k in KEYS if k != "context_parallel") + ("cp_size", "cp_comm_type", "cp_impl")
+FLAG_KEYS = tuple(k for k in KEYS if k != "context_parallel") + ("cp_size", "cp_comm_type", "cp_impl", "cp_attn_implementation")
 
 WORKLOAD_FLAGS_HELP = (
     "Workload flags (override --workload/--model): "
@@ -86,6 +86,8 @@ def parse_workload_flags(args: Sequence[str], command: str = "check") -> Dict[st
             cp["comm_type"] = value
         elif key == "cp_impl":
             cp["impl"] = value
+        elif key == "cp_attn_implementation":
+            cp["attn_implementation"] = value
         else:
             out[key] = value
     if cp:

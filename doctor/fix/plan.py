@@ -814,6 +814,10 @@ def check_args(pins: Mapping[str, str], env: Mapping[str, Optional[str]], worklo
                 args.append(f"--cp-size {value['size']}")
             if "comm_type" in value:
                 args.append(f"--cp-comm-type {value['comm_type']}")
+            if "impl" in value:
+                args.append(f"--cp-impl {value['impl']}")
+            if "attn_implementation" in value:
+                args.append(f"--cp-attn-implementation {value['attn_implementation']}")
         elif isinstance(value, bool):
             args.append(f"--{key.replace('_', '-')}" if value else f"--no-{key.replace('_', '-')}")
         elif isinstance(value, (list, tuple)):
