@@ -229,7 +229,6 @@ class _Planner:
         self.notes: List[str] = []
         self.pool: List[Change] = []
         self.by_rule: Dict[str, List[int]] = {}
-        self._undecided: Dict[str, Fix] = {}  # package -> the undecided fix whose direction is being generated
         self.evals: Dict[FrozenSet[int], Optional[_Eval]] = {}
         self.installable_memo: Dict[Tuple[Tuple[str, str], ...], bool] = {}
         # facts and workload as a merged set of changes leaves them, and their diagnosis (None:
@@ -275,7 +274,7 @@ class _Planner:
                     out.append(f"{name} {version} needs {other}{spec}, not {have}")
         return out
 
-    def _python_ok(self, name: str, version: str) -> bool:
+    def _installs_here(self, name: str, version: str) -> bool:
         """Does PyPI have this release for this Python and this platform (where known)?"""
         return self.rel.python_ok(name, version, self.python) and self.rel.platform_ok(name, version, self.platform)
 
@@ -321,7 +320,7 @@ class _Planner:
         if not self.rel.platform_ok(name, version, self.platform):
             self.notes.append(f"{rule_id}: PyPI has no {name}=={version} wheel for {self.platform}; not pinned")
             return None
-        if not self._python_ok(name, version):
+        if not self.rel.python_ok(name, version, self.python):
             self.notes.append(f"{rule_id}: {name}=={version} does not install on Python {self.python}")
             return None
         return Pin(name, version, pin.extras)
@@ -336,7 +335,7 @@ class _Planner:
             have = self.installed.get(other)
             if have is None or version_matches(have, spec):
                 continue
-            ok = [v for v in self.rel.versions(other) if version_matches(v, spec) and self._python_ok(other, v) and not _v(v).is_prerelease]
+            ok = [v for v in self.rel.versions(other) if version_matches(v, spec) and self._installs_here(other, v) and not _v(v).is_prerelease]
             if not ok:
                 return None
             best = min(ok, key=lambda v: distance(have, v, self.rel.versions(other)))
@@ -367,12 +366,12 @@ class _Planner:
             return self.installed.get(name) or self.facts.cudnn.version
         return self.installed.get(name)
 
-    def _generated(self, name: str, fix: Fix) -> Fix:
+    @staticmethod
+    def _generated(fix: Fix, undecided: Optional[Fix]) -> Fix:
         """A version generated in a direction only undecided fixes point: as undecided as they."""
-        src = self._undecided.get(name)
-        return replace(fix, when=src.when, unsure=src.unsure) if src is not None else fix
+        return replace(fix, when=undecided.when, unsure=undecided.unsure) if undecided is not None else fix
 
-    def _generate_versions(self, rule: Rule, name: str, current: Optional[str], ways: Set[str]) -> None:
+    def _generate_versions(self, rule: Rule, name: str, current: Optional[str], ways: Set[str], undecided: Optional[Fix] = None) -> None:
         ordered = self.rel.versions(name)
         if not ordered:
             return
@@ -380,7 +379,7 @@ class _Planner:
         pool = [
             v
             for v in ordered
-            if v != current and v != "0.0.0" and (pre_ok or not _v(v).is_prerelease) and self._python_ok(name, v)
+            if v != current and v != "0.0.0" and (pre_ok or not _v(v).is_prerelease) and self._installs_here(name, v)
         ]
         if current is None:
             sides = [sorted(pool, key=_v, reverse=True)]
@@ -405,7 +404,7 @@ class _Planner:
                     b = self.rel.torch_row(version)
                     desc = f"Move torch {current} -> {version} (bundles CUDA {b.cuda}, cuDNN {b.cudnn})" if b else desc
                     cost = "a torch change: flash-attn and TransformerEngine must be reinstalled for it"
-                change = Change(rule.id, self._generated(name, Fix(desc, pins=pins, cost=cost)), origin="catalogue")
+                change = Change(rule.id, self._generated(Fix(desc, pins=pins, cost=cost), undecided), origin="catalogue")
                 if self._add(change):
                     kept += 1
                 if kept >= PER_DIRECTION:
@@ -461,7 +460,7 @@ class _Planner:
         directions: Dict[str, Set[str]] = {}
         # a direction that only undecided fixes point (a Linux-only pin where the platform is not
         # known) is as undecided: the versions generated in it carry that fix's `when:` and why
-        self._undecided = {}
+        undecided: Dict[str, Fix] = {}
         decided: Set[str] = set()
         for fix in offered:
             for pin in fix.pins:
@@ -470,7 +469,7 @@ class _Planner:
                     name = self.cudnn_dist() or name
                 for key in {name, "torch"} if pin.name.startswith("nvidia-cudnn-cu") else {name}:
                     if fix.unsure:
-                        self._undecided.setdefault(key, fix)
+                        undecided.setdefault(key, fix)
                     else:
                         decided.add(key)
                 current = self._current(name)
@@ -480,16 +479,16 @@ class _Planner:
                 if name.startswith("nvidia-cudnn-cu"):
                     directions.setdefault("torch", set()).add("down" if _v(version) < _v(current) else "up")
         for key in decided:
-            self._undecided.pop(key, None)
+            undecided.pop(key, None)
         for name, ways in directions.items():
             if name == "torch":
                 if self.torch0:
-                    self._generate_torch(rule, ways)
+                    self._generate_torch(rule, ways, undecided.get("torch"))
             elif self.rel.knows(name):
-                self._generate_versions(rule, name, self._current(name), ways)
+                self._generate_versions(rule, name, self._current(name), ways, undecided.get(name))
         return self.by_rule[rule_id]
 
-    def _generate_torch(self, rule: Rule, ways: Set[str]) -> None:
+    def _generate_torch(self, rule: Rule, ways: Set[str], undecided: Optional[Fix] = None) -> None:
         # Only torch releases the what-if (doctor.assume) also knows, so that a plan and
         # `check --assume torch==X` agree on the CUDA and cuDNN it brings.
         rows = [
@@ -500,7 +499,7 @@ class _Planner:
             and torch_bundle(r.version) is not None
         ]
         driver = self.facts.cuda.driver_cuda
-        rows = [r for r in rows if self._python_ok("torch", r.version) and not (driver and r.cuda and _v(r.cuda) > _v(driver))]
+        rows = [r for r in rows if self._installs_here("torch", r.version) and not (driver and r.cuda and _v(r.cuda) > _v(driver))]
         cur = _v(self.torch0 or "0")
         order = [r.version for r in self.rel.torch]
         below = [r for r in rows if _v(r.version) < cur] if "down" in ways else []
@@ -511,11 +510,11 @@ class _Planner:
                 clean = self._add(
                     Change(
                         rule.id,
-                        self._generated("torch", Fix(
+                        self._generated(Fix(
                             f"Move torch {self.torch0} -> {row.version} (bundles CUDA {row.cuda}, cuDNN {row.cudnn})",
                             pins=(Pin("torch", row.version),),
                             cost="a torch change: flash-attn and TransformerEngine must be reinstalled for it",
-                        )),
+                        ), undecided),
                         origin="catalogue",
                     )
                 )
