@@ -565,11 +565,14 @@ def _compile(cond: Mapping[str, Any]) -> Compiled:
         return package
     if "fact" in cond or "env" in cond:
         path = cond["fact"] if "fact" in cond else "env." + cond["env"]
-        tests = [(OPERATORS[op], arg) for op, arg in cond.items() if op not in ("fact", "env")]
+        tests = [(OPERATORS[op], arg) for op, arg in cond.items() if op not in ("fact", "env", "if_unknown")]
+        if_unknown = cond.get("if_unknown")
 
         def fact(ctx: Context) -> Outcome:
             v = ctx.value(path)
             if not v.known:
+                if if_unknown is not None:
+                    return TRUE if if_unknown else FALSE
                 return Outcome(None, (v.reason,))
             for fn, arg in tests:
                 if not fn(v.value, arg):
@@ -660,7 +663,10 @@ def describe(cond: Any) -> str:
             val = cond[op]
             shown = ", ".join(str(v) for v in val) if isinstance(val, list) else str(val)
             parts.append(f"{subject}{shown}" if op == "version" else f"{subject} {word} {shown}")
-    return " and ".join(parts) or subject
+    text = " and ".join(parts) or subject
+    if "if_unknown" in cond:
+        text += f" (taken as {'true' if cond['if_unknown'] else 'false'} where {subject} is unknown)"
+    return text
 
 
 def _grouped(cond: Any) -> str:

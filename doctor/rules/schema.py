@@ -24,6 +24,9 @@ _compare_props: Dict[str, Any] = {
     "matches": {"type": "string", "minLength": 1},
     "is_set": {"type": "boolean"},
     "multiple_of": {"type": "integer", "minimum": 1},
+    # the leaf's value where its fact cannot be read (instead of unknown): for an exclusion that
+    # should not leave a rule undecided on reports without that fact (docs/rules.md)
+    "if_unknown": {"type": "boolean"},
 }
 
 

@@ -37,6 +37,22 @@ def test_any_true_child_wins_over_unknown_and_not_keeps_unknown() -> None:
     assert evaluate({"not": {"fact": "gpu.sm", "ge": 90}}, c).value is None
 
 
+def test_if_unknown_decides_a_leaf_only_where_its_fact_cannot_be_read() -> None:
+    no_gpu = ctx({"packages": {}})
+    sm75 = ctx({"gpus": [{"index": 0, "name": "T4", "compute_capability": "7.5"}]})
+    leaf = {"fact": "gpu.sm", "lt": 80, "if_unknown": False}
+    assert evaluate(leaf, no_gpu).value is False
+    assert evaluate({"not": leaf}, no_gpu).value is True  # an exclusion that keeps a GPU-less report firing
+    assert evaluate(leaf, sm75).value is True  # a known fact is compared as always
+    assert evaluate({**leaf, "if_unknown": True}, no_gpu).value is True
+    assert evaluate({"fact": "gpu.sm", "lt": 80}, no_gpu).value is None  # without it: unknown
+
+
+def test_if_unknown_is_shown_to_a_reader() -> None:
+    from doctor.rules.conditions import describe
+    assert describe({"fact": "gpu.sm", "lt": 80, "if_unknown": False}) == "gpu.sm < 80 (taken as false where gpu.sm is unknown)"
+
+
 def test_absent_packages_section_is_unknown_but_absent_package_is_not_installed() -> None:
     assert evaluate({"package": "torch", "installed": False}, ctx({})).value is None
     assert evaluate({"package": "torch", "installed": False}, ctx({"packages": {}})).value is True
