@@ -131,10 +131,17 @@ def _major_minor(text: Optional[str]) -> Optional[Tuple[int, int]]:
     return int(parts[0]), int(parts[1])
 
 
-def arch_runs_on(arch_list: Optional[Tuple[str, ...]], sm: int) -> Optional[bool]:
-    """Whether a torch built for `arch_list` ("sm_80", "compute_120", ...) has code for a GPU of
-    compute capability `sm` (86 for 8.6): a cubin of the same major and an equal or lower minor,
-    or PTX of an equal or lower architecture that the driver compiles; None without a list."""
+# Jetson's integrated GPUs (TX1, TX2, Xavier, Orin). The CUDA C Programming Guide's cubin
+# compatibility across minors holds for desktop/datacenter GPUs, "not for Tegra": there a cubin
+# runs only on its own SM (jax#40487: an sm_80 cubin gives "no kernel image" on Orin, CUDA 12.6).
+TEGRA_SMS = frozenset({53, 62, 72, 87})
+
+
+def arch_runs_on(arch_list: Optional[Tuple[str, ...]], sm: int, tegra: bool = False) -> Optional[bool]:
+    """Whether a build for `arch_list` ("sm_80", "compute_120", ...) has code for a GPU of
+    compute capability `sm` (86 for 8.6): a cubin of the same major and an equal or lower minor
+    (on a Tegra GPU, `tegra`, only its own cubin), or PTX of an equal or lower architecture that
+    the driver compiles; None without a list."""
     if arch_list is None:
         return None
     major, minor = divmod(sm, 10)
@@ -144,7 +151,7 @@ def arch_runs_on(arch_list: Optional[Tuple[str, ...]], sm: int) -> Optional[bool
         if not digits:
             continue
         a_major, a_minor = divmod(int(digits), 10)
-        if kind == "sm" and a_major == major and a_minor <= minor:
+        if kind == "sm" and a_major == major and (a_minor == minor if tegra else a_minor <= minor):
             return True
         if kind == "compute" and (a_major, a_minor) <= (major, minor):
             return True

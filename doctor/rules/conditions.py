@@ -29,6 +29,7 @@ from doctor.model import (
     Facts,
     TorchInfo,
     Workload,
+    TEGRA_SMS,
     arch_runs_on,
     driver_behind,
     installed_te,
@@ -250,6 +251,16 @@ def _flash_attn_build(facts: Facts) -> Value:
     return Value(True, "fa3_hopper" if verdict else "fa2")
 
 
+def _tegra(facts: Facts, sm: int) -> bool:
+    """Whether a GPU gets Tegra's exact-SM cubin rule: a Jetson SM under a CUDA 12 or older
+    build. CUDA 13 on Orin (JetPack 7, one toolkit for all Arm) is left to the desktop rule:
+    not established either way (conda-forge#527, holohub#1687)."""
+    if sm not in TEGRA_SMS:
+        return False
+    cuda = facts.torch.cuda
+    return not (cuda and cuda.split(".")[0].isdigit() and int(cuda.split(".")[0]) >= 13)
+
+
 def resolve(path: str, facts: Facts, workload: Workload) -> Value:
     """The value of a named fact, or unknown with the reason."""
     head, _, rest = path.partition(".")
@@ -319,12 +330,12 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
     if path == "flash_attn.arch_runs_gpu":
         if not facts.cuda.flash_attn_archs or not facts.gpus:
             return _unknown("gpu.sm" if facts.cuda.flash_attn_archs else "cuda.flash_attn_archs", facts, "not probed")
-        return Value(True, all(arch_runs_on(facts.cuda.flash_attn_archs, g.sm) for g in facts.gpus))
+        return Value(True, all(arch_runs_on(facts.cuda.flash_attn_archs, g.sm, _tegra(facts, g.sm)) for g in facts.gpus))
     if path == "torch.arch_runs_gpu":
         if not facts.torch.arch_list or not facts.gpus:
             why = "not probed" if facts.torch.arch_list is None else "empty: torch.cuda.is_available() was false"
             return _unknown("gpu.sm" if facts.torch.arch_list and not facts.gpus else "torch.arch_list", facts, why)
-        return Value(True, all(arch_runs_on(facts.torch.arch_list, g.sm) for g in facts.gpus))
+        return Value(True, all(arch_runs_on(facts.torch.arch_list, g.sm, _tegra(facts, g.sm)) for g in facts.gpus))
     if path == "te.fp8_attention":
         # Whether TransformerEngine's attention runs in FP8: an FP8 workload, from TE 1.6 (the
         # recipe's fp8_dpa; v1.5 attention.py has no FP8 at all), unless TE >= 2.8 is told

@@ -156,6 +156,19 @@ def test_arch_runs_gpu_follows_cubin_and_ptx_compatibility() -> None:
     assert runs(["sm_100"], "10.3") is True
 
 
+def test_a_jetson_gpu_under_cuda_12_runs_only_its_own_cubin_or_older_ptx() -> None:
+    def runs(arch: list, cc: str, cuda: str = "12.6") -> object:
+        doc = {"torch": {"version": "2.8.0", "cuda": cuda, "arch_list": arch}, "gpus": [{"name": "Orin", "compute_capability": cc}]}
+        return evaluate({"fact": "torch.arch_runs_gpu", "eq": True}, ctx(doc)).value
+
+    assert runs(["sm_80", "sm_86"], "8.7") is False  # a desktop-style sm_86 cubin gives "no kernel image" on Orin
+    assert runs(["sm_80", "sm_87"], "8.7") is True
+    assert runs(["sm_80", "compute_80"], "8.7") is True  # PTX still JIT-compiles
+    assert runs(["sm_70"], "7.2") is False  # Xavier
+    assert runs(["sm_80", "sm_86"], "8.7", cuda="13.0") is True  # CUDA 13 on Orin: left to the desktop rule
+    assert runs(["sm_80", "sm_86"], "8.9") is True  # a desktop sm89 keeps cubin compatibility
+
+
 def test_arch_list_probed_is_known_when_the_list_is_not() -> None:
     fact = {"fact": "torch.arch_list_probed", "eq": False}
     static = evaluate(fact, ctx({"torch": {"version": "2.6.0+cu124", "cuda": "12.4"}}))
