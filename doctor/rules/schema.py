@@ -24,10 +24,10 @@ _compare_props: Dict[str, Any] = {
     "matches": {"type": "string", "minLength": 1},
     "is_set": {"type": "boolean"},
     "multiple_of": {"type": "integer", "minimum": 1},
-    # the leaf's value where its fact cannot be read (instead of unknown): for an exclusion that
-    # should not leave a rule undecided on reports without that fact (docs/rules.md)
-    "if_unknown": {"type": "boolean"},
 }
+# not an operator: the leaf's value where its fact cannot be read (instead of unknown), for an
+# exclusion that should not leave a rule undecided on reports without that fact (docs/rules.md)
+_fact_props: Dict[str, Any] = {**_compare_props, "if_unknown": {"type": "boolean"}}
 
 
 def _leaf(key: str, extra: Dict[str, Any]) -> Dict[str, Any]:
@@ -61,8 +61,9 @@ CONDITION: Dict[str, Any] = {
             "properties": {"not": {"$ref": "#/$defs/condition"}},
             "additionalProperties": False,
         },
-        _leaf("fact", _compare_props),
-        _leaf("env", _compare_props),
+        # if_unknown only next to an operator
+        {**_leaf("fact", _fact_props), "not": {"required": ["if_unknown"], "maxProperties": 2}},
+        {**_leaf("env", _fact_props), "not": {"required": ["if_unknown"], "maxProperties": 2}},
         _leaf(
             "package",
             # compare: plain -- the version as a framework's own check orders it (transformers'
