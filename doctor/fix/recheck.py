@@ -10,7 +10,7 @@ and both commands show them ("brings up TE-REQ-CUDNN-9-3").
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import List, Optional, Set, Tuple
+from typing import Callable, List, Optional, Set, Tuple
 
 from doctor.assume import apply_env, apply_pins, apply_workload
 from doctor.model import Facts, Finding, Fix, Severity, Workload
@@ -105,3 +105,42 @@ def verified_fixes(cat: Catalogue, facts: Facts, workload: Workload, diagnosis: 
         out.append(replace(finding, fixes=tuple(kept + advice)))
     return tuple(out)
 
+
+
+@dataclass(frozen=True)
+class CaseRecheck:
+    """A fix a rule offers in one of its own firing test cases that does not re-check clean."""
+
+    rule_id: str
+    index: int  # the fires case
+    position: int  # the fix, as `offers:` numbers it
+    verdict: str  # "still fires" | "also triggers RULE,..."
+
+    @property
+    def key(self) -> str:
+        return f"{self.rule_id} fires[{self.index}] fix {self.position}"
+
+
+def case_rechecks(cat: Catalogue, only: Optional[Callable[[str], bool]] = None) -> List[CaseRecheck]:
+    """Every checkable fix offered in every rule's own firing cases, applied alone: those that
+    leave the rule firing or fire a new error (the fix moves the failure). `check` drops such a
+    fix for such a user; the rule should not offer it there (a fix `when:`) or the case should
+    say what that user has that makes it work."""
+    from doctor.rules.cases import case_inputs, iter_rule_cases
+
+    out: List[CaseRecheck] = []
+    for rule, kind, i, case in iter_rule_cases(cat, (lambda r: only(r.id)) if only else None):
+        if kind != "fires":
+            continue
+        facts, workload = case_inputs(case)
+        before = diagnose(cat, facts, workload)
+        finding = next((f for f in before.findings if f.rule_id == rule.id and f.status == "fired"), None)
+        for fix in finding.fixes if finding else ():
+            if not fix.checkable:
+                continue
+            r = recheck(cat, facts, workload, fix, (rule.id,), before)
+            if r.new_errors:
+                out.append(CaseRecheck(rule.id, i, fix.position, "also triggers " + ",".join(r.new_errors)))
+            elif r.diagnosis.result(rule.id).status == "fired":
+                out.append(CaseRecheck(rule.id, i, fix.position, "still fires"))
+    return out
