@@ -65,7 +65,9 @@ def apply_pins(facts: Facts, pins: Iterable[Pin]) -> Facts:
             cuda = replace(cuda, flash_attn_archs=None)
         if name == "torch":
             bundle = torch_bundle(version)
-            torch = replace(torch, version=version)
+            # the new build's compiled architectures were never read: rules fall back on what
+            # the release build is known to carry
+            torch = replace(torch, version=version, arch_list=None)
             if bundle is None:
                 # Not in the release catalogue: what it bundles is unknown, never guessed.
                 unknown.update({"torch.cuda": f"torch {version} is not in the release catalogue", "cudnn": f"torch {version} is not in the release catalogue"})

@@ -31,6 +31,14 @@ def test_torch_pin_moves_cuda_and_bundled_cudnn() -> None:
     assert f.packages["nvidia-cudnn-cu12"] == "9.5.1.17"
 
 
+def test_torch_pin_forgets_the_old_builds_architectures() -> None:
+    doc = {**BASE, "torch": {**BASE["torch"], "arch_list": ["sm_80", "sm_90"]}}
+    f = apply_pins(facts_from_snapshot(doc), [parse_pin("torch==2.8.0")])
+    assert f.torch.arch_list is None  # the 2.8.0 wheel's list was never read; a Blackwell fix is not judged by 2.4's
+    kept = apply_pins(facts_from_snapshot(doc), [parse_pin("flash-attn==2.8.3")])
+    assert kept.torch.arch_list == ("sm_80", "sm_90")
+
+
 def test_torch_pin_to_cuda13_swaps_the_cudnn_wheel_family() -> None:
     f = apply_pins(facts_from_snapshot(BASE), [parse_pin("torch==2.13.0")])
     assert f.torch.cuda == "13.0"
