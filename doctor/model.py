@@ -830,7 +830,7 @@ class BackendStatus:
     not_covered: Optional[str] = None
 
 
-CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "needs_mask", "packed_mask", "gqa_form", "te_attention", "flash_attn_direct")
+CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "model_has_sdpa", "needs_mask", "packed_mask", "gqa_form", "te_attention", "flash_attn_direct")
 
 
 @dataclass(frozen=True)
@@ -849,6 +849,8 @@ class CallPath:
     # does model_type declare flash_attention_2 in this transformers release (whatever attention
     # was asked for)? Before 4.48 only such model modules import flash_attn at import time
     model_has_fa2: Optional[bool] = None
+    # the same for sdpa: can a fix that switches this model to SDPA load it?
+    model_has_sdpa: Optional[bool] = None
     needs_mask: bool = False  # the call passes an attention-mask tensor (padded batches)
     # transformers' SDPA path turns a padding-free packed batch into a per-sample mask tensor
     # (from 4.53.1; doctor.rules.callpath.hf_padding_free_mask says exactly when)

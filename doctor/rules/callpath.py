@@ -159,6 +159,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         gqa_form=_gqa_form(workload, framework, library, needs_mask or packed_mask, packages, facts.env),
         model_supports=model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None,
         model_has_fa2=model_supports(packages.get("transformers"), workload.model_type, "flash_attention_2"),
+        model_has_sdpa=model_supports(packages.get("transformers"), workload.model_type, "sdpa"),
         framework=framework,
         attention=attention,
         library=library,

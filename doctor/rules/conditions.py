@@ -499,7 +499,7 @@ class Context:
 
                     self.path = infer(self.facts, self.workload)
                 got = getattr(self.path, path[5:])
-                if got is None and path in ("path.model_supports", "path.model_has_fa2"):
+                if got is None and path in ("path.model_supports", "path.model_has_fa2", "path.model_has_sdpa"):
                     v = Value(False, reason=f"{path}: this model family or transformers release is not in the support table")
                 else:
                     v = Value(True, got)

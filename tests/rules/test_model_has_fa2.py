@@ -26,3 +26,8 @@ def test_unknown_without_a_model_type() -> None:
     assert evaluate({"fact": "path.model_has_fa2", "eq": True}, ctx).value is None
     ctx = Context(facts, Workload(model_type="llama", attn_implementation="sdpa"))
     assert evaluate({"fact": "path.model_has_fa2", "eq": True}, ctx).value is True
+
+
+def test_model_has_sdpa_reads_the_table_for_sdpa_whatever_was_asked_for() -> None:
+    assert _path("4.57.1", "llama", "flash_attention_2").model_has_sdpa is True
+    assert _path("4.57.1", "mpt", "flash_attention_2").model_has_sdpa is False  # MPT never had SDPA
