@@ -117,13 +117,13 @@ class CudnnInfo:
         """Whether torch refuses the loaded cuDNN as built against its pin: another major
         version, or an older minor of the same major (torch/backends/cudnn/__init__.py
         compares major and minor only); None when either is unknown."""
-        lo, bu = _major_minor(self.loaded), _major_minor(self.bundled)
+        lo, bu = major_minor(self.loaded), major_minor(self.bundled)
         if lo is None or bu is None:
             return None
         return lo[0] != bu[0] or lo[1] < bu[1]
 
 
-def _major_minor(text: Optional[str]) -> Optional[Tuple[int, int]]:
+def major_minor(text: Optional[str]) -> Optional[Tuple[int, int]]:
     """(major, minor) of a dotted version string; None when it has no such prefix."""
     parts = (text or "").split(".")
     if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
@@ -162,7 +162,7 @@ def driver_behind(torch_cuda: Optional[str], driver_cuda: Optional[str]) -> Opti
     """How the driver's highest CUDA compares with the CUDA torch was built for: "major" (an
     older major: the runtime does not start), "minor" (same major, older minor: minor-version
     compatibility), "no"; None when either is unknown."""
-    t, d = _major_minor(torch_cuda), _major_minor(driver_cuda)
+    t, d = major_minor(torch_cuda), major_minor(driver_cuda)
     if t is None or d is None:
         return None
     if d[0] < t[0]:

@@ -106,7 +106,6 @@ def verified_fixes(cat: Catalogue, facts: Facts, workload: Workload, diagnosis: 
     return tuple(out)
 
 
-
 @dataclass(frozen=True)
 class CaseRecheck:
     """A fix a rule offers in one of its own firing test cases that does not re-check clean."""

@@ -33,6 +33,7 @@ from doctor.model import (
     arch_runs_on,
     driver_behind,
     installed_te,
+    major_minor,
 )
 
 # --------------------------------------------------------------------------- values
@@ -257,8 +258,8 @@ def _tegra(facts: Facts, sm: int) -> bool:
     not established either way (conda-forge#527, holohub#1687)."""
     if sm not in TEGRA_SMS:
         return False
-    cuda = facts.torch.cuda
-    return not (cuda and cuda.split(".")[0].isdigit() and int(cuda.split(".")[0]) >= 13)
+    cuda = major_minor(facts.torch.cuda)
+    return cuda is None or cuda[0] < 13
 
 
 def resolve(path: str, facts: Facts, workload: Workload) -> Value:
