@@ -137,6 +137,11 @@ def _axolotl(t: _Taker, doc: Mapping[str, Any]) -> None:
         t.put("deepspeed", "distributed", "deepspeed")
     if doc.get("gradient_accumulation_steps") is not None:
         t.put("gradient_accumulation_steps", "grad_accum_steps", t.int_("gradient_accumulation_steps", doc["gradient_accumulation_steps"]))
+    # a boolean, or "offload"/"offload_disk" (checkpointing with activation offload; schemas/config.py@0.12.2)
+    gc = doc.get("gradient_checkpointing")
+    if gc is not None:
+        on = True if str(gc).lower() in ("offload", "offload_disk") else t.bool_("gradient_checkpointing", gc)
+        t.put(f"gradient_checkpointing: {str(gc).lower()}", "gradient_checkpointing", on)
     for key in ("context_parallel_size", "sequence_parallel_degree"):
         if doc.get(key) is not None and t.int_(key, doc[key]) > 1:
             t.put(key, "context_parallel.size", t.int_(key, doc[key]))

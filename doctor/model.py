@@ -391,6 +391,12 @@ class Workload:
     tensor_parallel: int = 1
     # Megatron-Core/NeMo --attention-backend (ATTENTION_BACKENDS); None: not stated
     attention_backend: Optional[str] = None
+    # the use_cache a training forward runs with (from_pretrained/config use_cache, or passed to
+    # the forward); None: not stated, so the model config's default (true in most checkpoints)
+    use_cache: Optional[bool] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
+    # gradient checkpointing is on (TrainingArguments/axolotl gradient_checkpointing); a
+    # transformers model in training then runs its forward with use_cache=False; None: not stated
+    gradient_checkpointing: Optional[bool] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
     source: str = "default profile"
     defaulted: Tuple[str, ...] = ()
 
@@ -719,7 +725,7 @@ WORKLOAD_DERIVED = (
 )
 # workload fields whose None means "not known" rather than a value a rule can compare with:
 # a rule that reads one is then not evaluated (the others' None means "not stated", a value)
-WORKLOAD_UNKNOWN_WHEN_NONE = ("vision_tower", "qkv_weight_interleaved")
+WORKLOAD_UNKNOWN_WHEN_NONE = ("vision_tower", "qkv_weight_interleaved", "use_cache", "gradient_checkpointing")
 
 # --------------------------------------------------------------------------- rule results
 

@@ -72,10 +72,12 @@ KEYS = (
     "packing",
     "tensor_parallel",
     "attention_backend",
+    "use_cache",
+    "gradient_checkpointing",
 )
 
 # The boolean keys: in a workload file as true/false, on the command line as --KEY / --no-KEY.
-BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "sdpa_fa3", "pad_between_seqs", "xformers", "vision_tower", "qkv_weight_interleaved")
+BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "sdpa_fa3", "pad_between_seqs", "xformers", "vision_tower", "qkv_weight_interleaved", "use_cache", "gradient_checkpointing")
 
 _DTYPE_ALIASES = {
     "float16": "fp16",

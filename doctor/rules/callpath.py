@@ -227,8 +227,9 @@ def hf_padding_free_mask(workload: Workload, framework: Optional[str], library: 
     5.23.0 masking_utils.py), and create_causal_mask then ANDs the per-sample mask and sets
     allow_is_causal_skip False (4.53.1-4.57.x only with torch >= 2.6; 5.x always). Not where the
     loop keeps the model's default cache (transformers' own 4.x Trainer, accelerate/PEFT loops,
-    trl < 0.19 on 4.x; an accelerate loop on 5.x), where trl 0.19.0-0.23.0 drop the position_ids,
-    nor for models that never search."""
+    trl < 0.19 on 4.x; an accelerate loop on 5.x) unless the workload says the cache is off
+    (use_cache false or gradient checkpointing on), nor where it says the cache is on; not where
+    trl 0.19.0-0.23.0 drop the position_ids, nor for models that never search."""
     from doctor.versions import version_matches
 
     if workload.packing != "padding_free" or not workload.training or workload.kv_cache:
@@ -243,9 +244,15 @@ def hf_padding_free_mask(workload: Workload, framework: Optional[str], library: 
         return False
     if framework == "trl" and trl is not None and version_matches(trl, ">=0.19.0,<0.23.1"):
         return False
-    if not v5 and (framework in ("transformers", "accelerate", "peft") or (framework == "trl" and trl is not None and version_matches(trl, "<0.19.0"))):
+    # a stated cache setting decides; else each loop's default (above). Gradient checkpointing
+    # turns the cache off in a training forward (4.53.1 LlamaModel.forward, 4.57.1/5.x
+    # check_model_inputs in utils/generic.py)
+    cache = False if workload.gradient_checkpointing or workload.use_cache is False else workload.use_cache
+    if cache:
         return False
-    if v5 and framework == "accelerate":
+    if cache is None and not v5 and (framework in ("transformers", "accelerate", "peft") or (framework == "trl" and trl is not None and version_matches(trl, "<0.19.0"))):
+        return False
+    if cache is None and v5 and framework == "accelerate":
         return False
     model = workload.model_type
     if model in _NO_SEARCH_EVER or (not v5 and model in _NO_SEARCH_4X):

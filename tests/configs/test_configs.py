@@ -20,7 +20,7 @@ DATA = Path(__file__).with_name("data")
     "name,kind,expected",
     [
         ("axolotl-qwen2.yaml", "axolotl", {"framework": "axolotl", "attn_implementation": "flash_attention_2", "packing": "varlen", "seq_len": 8192,
-                                            "context_parallel": {"size": 4, "impl": "ring_flash_attn"}}),
+                                            "context_parallel": {"size": 4, "impl": "ring_flash_attn"}, "gradient_checkpointing": True}),
         ("llamafactory-sft.yaml", "llamafactory", {"framework": "llamafactory", "attn_implementation": "flash_attention_2", "packing": "padding_free",
                                                    "seq_len": 4096, "dtype": "bf16"}),
         ("accelerate-cp.yaml", "accelerate", {"framework": "accelerate", "dtype": "bf16", "context_parallel": {"size": 2, "impl": "torch_ring"}}),
@@ -60,6 +60,18 @@ def test_axolotl_attn_implementation_key_is_read(tmp_path: Path) -> None:
     cfg.write_text("base_model: x\nattn_implementation: xformers\n")
     got = read_config(cfg)
     assert "attn_implementation" not in got.workload and any("xformers" in n for n in got.notes)
+
+
+def test_axolotl_gradient_checkpointing_is_read(tmp_path: Path) -> None:
+    # axolotl takes a boolean or "offload"/"offload_disk" (checkpointing with activation offload)
+    cfg = tmp_path / "axolotl.yaml"
+    for text, want in (("offload", True), ("offload_disk", True), ("false", False)):
+        cfg.write_text(f"base_model: x\nsdp_attention: true\ngradient_checkpointing: {text}\n")
+        assert read_config(cfg).workload["gradient_checkpointing"] is want, text
+    cfg.write_text("base_model: x\nsdp_attention: true\ngradient_checkpointing: sometimes\n")
+    with pytest.raises(InputError) as err:
+        read_config(cfg)
+    assert "gradient_checkpointing" in str(err.value) and err.value.line == 3
 
 
 def test_workload_and_model_config_accept_flash_attention_4(tmp_path: Path) -> None:
