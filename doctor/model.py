@@ -457,11 +457,16 @@ class Workload:
 
     @property
     def sliding_window(self) -> bool:
-        return self.window_size is not None and tuple(self.window_size) != (-1, -1)
+        """A window that bounds the keys: not (-1, -1) and not (-1, 0), which is plain causal
+        attention (TransformerEngine sets it for every causal mask and does not count it as a
+        sliding window: attention.py@v1.11:645-653; flash-attn runs it as causal)."""
+        w = self.window_size
+        return w is not None and (w[0] != -1 or w[1] not in (-1, 0))
 
     def _window_left(self) -> Optional[int]:
         """window_size[0] when a sliding window is set (-1: unbounded on the left), else None."""
-        return self.window_size[0] if self.window_size is not None and self.sliding_window else None
+        w = self.window_size
+        return w[0] if w is not None and tuple(w) != (-1, -1) else None
 
     @property
     def window_shorter_than_seq(self) -> bool:

@@ -281,7 +281,7 @@ def case_dims(w: Workload) -> Dict[str, Any]:
     if layout == "bshd" and w.qkv_packed and w.head_dim_qk == w.head_dim_v \
             and w.seq_len_q == w.seq_len_kv:
         layout = "strided-qkv"
-    window = tuple(w.window_size) if w.sliding_window and w.window_size is not None else None
+    window = tuple(w.window_size) if w.window_size is not None and tuple(w.window_size) != (-1, -1) else None
     return dict(dtype=dtype, head_dim_qk=w.head_dim_qk, head_dim_v=w.head_dim_v,
                 heads_q=w.num_heads, heads_kv=w.num_kv_heads, mask=mask, window=window,
                 softcap=float(w.softcap), layout=layout,

@@ -87,3 +87,12 @@ def test_a_window_longer_than_one_ranks_shard() -> None:
     assert not _wl(None, 2048).window_longer_than_rank_seq
     assert "window_longer_than_rank_seq" in WORKLOAD_DERIVED
     assert "seq_len_kv_rank" in WORKLOAD_DERIVED
+
+
+def test_minus_one_zero_is_causal_not_a_sliding_window() -> None:
+    # TransformerEngine sets window_size (-1, 0) for every causal mask and writes it to its debug
+    # log; it is plain causal attention, not a window that needs flash-attn 2.3+ (TE 1.11's filter
+    # counts only window_size[0] != -1 or window_size[1] not in (-1, 0))
+    assert not _wl((-1, 0), 4096).sliding_window
+    assert not _wl((-1, -1), 4096).sliding_window
+    assert _wl((-1, 5), 4096).sliding_window and _wl((127, 0), 4096).sliding_window
