@@ -2,8 +2,8 @@
 
 A fix is applied to the facts and the workload (doctor.assume: a torch pin also moves the CUDA
 and cuDNN it bundles) and every rule is evaluated again. The fix is **verified** for a finding
-when the finding's rule then evaluates to false (not merely undecidable) and no error fires that
-did not fire before. Warnings it brings up do not unverify it, but they are part of the result,
+when the finding's rule then evaluates to false (not merely undecidable), no error fires that
+did not fire before, and each pin installs here (a release PyPI has for this Python and platform). Warnings it brings up do not unverify it, but they are part of the result,
 and both commands show them ("brings up TE-REQ-CUDNN-9-3").
 """
 
@@ -28,15 +28,18 @@ class Recheck:
     new_errors: Tuple[str, ...]
     new_warnings: Tuple[str, ...]
     diagnosis: Diagnosis
+    # pins PyPI has no release of for this Python or platform (the release catalogue's
+    # Requires-Python and wheel platforms: what `fix` refuses to pin as well)
+    uninstallable: Tuple[str, ...] = ()
 
     @property
     def verified(self) -> bool:
-        return not self.still and not self.new_errors
+        return not self.still and not self.new_errors and not self.uninstallable
 
     @property
     def side_effects(self) -> str:
         """'' or a short phrase naming what the fix brings up."""
-        parts = []
+        parts = list(self.uninstallable)
         if self.new_errors:
             parts.append("also triggers " + ", ".join(self.new_errors))
         if self.new_warnings:
@@ -56,6 +59,29 @@ def apply_fix(facts: Facts, workload: Workload, fix: Fix) -> Tuple[Facts, Worklo
     return facts, workload
 
 
+def uninstallable(facts: Facts, fix: Fix) -> Tuple[str, ...]:
+    """The fix's pins that do not install here: the release catalogue knows the release and
+    says it needs another Python, or has no wheel for this OS and machine. Unknown Python,
+    platform or release: not counted (the planner's `_check_pin` makes the same two checks)."""
+    if not fix.pins:
+        return ()
+    from doctor.releases.catalogue import load_release_catalogue
+    from doctor.versions import parse_version
+
+    rel = load_release_catalogue()
+    pv = parse_version(facts.python.version) if facts.python.version else None
+    python = f"{pv.major}.{pv.minor}" if pv else None
+    plat = facts.platform
+    platform = f"{plat.system}-{plat.machine}" if plat.system and plat.machine else None
+    out: List[str] = []
+    for pin in fix.pins:
+        if not rel.python_ok(pin.name, pin.version, python):
+            out.append(f"{pin.name}=={pin.version} does not install on Python {python}")
+        elif not rel.platform_ok(pin.name, pin.version, platform):
+            out.append(f"PyPI has no {pin.name}=={pin.version} wheel for {platform}")
+    return tuple(out)
+
+
 def fired(diagnosis: Diagnosis, severity: Severity) -> Set[str]:
     return {f.rule_id for f in diagnosis.findings if f.status == "fired" and f.severity == severity}
 
@@ -71,7 +97,7 @@ def recheck(
     """Apply `fix` and evaluate every rule again; `targets` are the rules it should clear."""
     before = before or diagnose(cat, facts, workload)
     f2, w2 = apply_fix(facts, workload, fix)
-    return compare(before, diagnose(cat, f2, w2), targets)
+    return replace(compare(before, diagnose(cat, f2, w2), targets), uninstallable=uninstallable(facts, fix))
 
 
 def compare(before: Diagnosis, after: Diagnosis, targets: Tuple[str, ...]) -> Recheck:
@@ -138,7 +164,9 @@ def case_rechecks(cat: Catalogue, only: Optional[Callable[[str], bool]] = None) 
             if not fix.checkable:
                 continue
             r = recheck(cat, facts, workload, fix, (rule.id,), before)
-            if r.new_errors:
+            if r.uninstallable:
+                out.append(CaseRecheck(rule.id, i, fix.position, "; ".join(r.uninstallable)))
+            elif r.new_errors:
                 out.append(CaseRecheck(rule.id, i, fix.position, "also triggers " + ",".join(r.new_errors)))
             elif r.diagnosis.result(rule.id).status == "fired":
                 out.append(CaseRecheck(rule.id, i, fix.position, "still fires"))
