@@ -101,7 +101,9 @@ def test_a_packed_mask_is_what_sdpa_flash_attn_mask_reads() -> None:
     cat = load_catalogue(use_cache=False)
     for trl, fires in (("0.23.1", True), ("0.19.0", False)):  # trl 0.19.0-0.23.0 drop the position_ids
         packages = {"torch": "2.11.0", "transformers": "4.57.1", "trl": trl}
-        facts, wl = case_inputs({"packages": packages, "gpu": "9.0", "workload": {**PF, "framework": "trl", "model_type": "llama"}})
+        # a CUDA build stated: the SDPA backend rules hold for CUDA/ROCm builds only (torch.cuda read)
+        case = {"packages": packages, "torch": {"version": "2.11.0+cu130", "cuda": "13.0"}, "gpu": "9.0"}
+        facts, wl = case_inputs({**case, "workload": {**PF, "framework": "trl", "model_type": "llama"}})
         d = diagnose(cat, facts, wl)
         assert d.path.packed_mask is fires
         assert (d.result("SDPA-FLASH-ATTN-MASK").status == "fired") is fires
