@@ -460,7 +460,11 @@ def _te_log(t: _Taker, text: str) -> Tuple[Dict[str, str], Dict[str, Any]]:
 
     def s(key: str) -> Optional[str]:
         v = pairs.get(key)
-        return v.strip("'") if v is not None else None
+        if v is None:
+            return None
+        # TE 1.9-1.11 log versions as packaging objects: <Version('2.2.5')>
+        m = re.fullmatch(r"<Version\('([^']*)'\)>", v)
+        return m.group(1) if m else v.strip("'")
 
     packages: Dict[str, str] = {}
     facts: Dict[str, Any] = {}

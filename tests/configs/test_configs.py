@@ -114,6 +114,15 @@ def test_te_log_gives_versions_gpu_and_cudnn() -> None:
     assert got.facts["cudnn"] == {"version": "9.8.0"} and got.facts["gpus"][0]["compute_capability"] == "9.0"
 
 
+def test_te_1_11_log_gives_the_flash_attn_version_it_logs_as_an_object(tmp_path: Path) -> None:
+    # TE 1.9-1.11 put the packaging Version object into the logged dict (attention.py@v1.11:92,315)
+    text = (DATA / "te-debug.log").read_text().replace("'flash_attn_version': '2.7.4.post1'", "'flash_attn_version': <Version('2.2.5')>")
+    assert "<Version('2.2.5')>" in text
+    log = tmp_path / "te-1.11.log"
+    log.write_text(text)
+    assert read_config(log).packages["flash-attn"] == "2.2.5"
+
+
 @pytest.mark.parametrize("recipe,dtype", [("fp8_dpa=True, fp8_mha=False", "fp8"), ("fp8_dpa=False, fp8_mha=False", "bf16")])
 def test_te_log_of_an_fp8_run_says_whether_attention_runs_in_fp8(recipe: str, dtype: str, tmp_path: Path) -> None:
     """TE logs the bf16 inputs' dtype; with the recipe's fp8_dpa it runs attention in FP8, and the
