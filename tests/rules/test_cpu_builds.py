@@ -51,3 +51,20 @@ def test_cuda_kernel_filters_stay_quiet_on_a_cpu_only_torch() -> None:
         assert d.result(cpu_rule).status == "fired", (rule.id, i, cpu_rule)
     assert checked > 50
     assert not wrong, "fire on a CPU-only torch: " + ", ".join(wrong)
+
+
+def test_cudnn_filters_stay_quiet_on_a_rocm_torch() -> None:
+    # ROCm builds have no cuDNN attention at all (SDPA-CUDNN-CPU-TORCH covers every non-CUDA build)
+    cat = load_catalogue()
+    wrong = []
+    for rule, kind, i, case in iter_rule_cases(cat, lambda r: r.disables == "sdpa.cudnn" and not r.id.endswith("-CPU-TORCH")):
+        moved = _cpu_build(case) if kind == "fires" else None
+        if moved is None:
+            continue
+        v = moved["torch"]["version"].replace("+cpu", "+rocm6.2")
+        moved["torch"].update(version=v, hip="6.2")
+        moved["packages"]["torch"] = v
+        facts, wl = case_inputs(moved)
+        if diagnose(cat, facts, wl).result(rule.id).status == "fired":
+            wrong.append(f"{rule.id} fires[{i}]")
+    assert not wrong, "fire on a ROCm torch: " + ", ".join(wrong)
