@@ -387,6 +387,13 @@ def _megatron_args(t: _Taker, text: str) -> None:
         else:
             values[key] = True
     _megatron_values(t, values.get, "megatron")
+    # pretrain_retro.py builds Megatron-Core's RetroModel for --retro-add-retriever unless
+    # --use-legacy-models (core_v0.11.0 pretrain_retro.py:73-76)
+    if values.get("retro_add_retriever") is True:
+        if values.get("use_legacy_models") is True:
+            t.notes.append("--retro-add-retriever with --use-legacy-models: the legacy Retro model, whose attention is not Megatron-Core's; not read")
+        else:
+            t.put("--retro-add-retriever", "model_type", "retro")
 
 
 def _nemo(t: _Taker, doc: Mapping[str, Any]) -> None:

@@ -245,6 +245,19 @@ def test_megatron_attention_backend_is_a_workload_fact(tmp_path: Path) -> None:
     assert read_config(args).workload["attention_backend"] == "local"
 
 
+def test_megatron_retro_arguments_name_the_retro_model(tmp_path: Path) -> None:
+    # pretrain_retro.py: --retro-add-retriever builds Megatron-Core's RetroModel, which forces the
+    # unfused backend itself (MCORE-NVTE-ATTN-ENV-ASSERT's Retro arm); not with --use-legacy-models
+    args = tmp_path / "args.txt"
+    args.write_text("--num-attention-heads 16 --retro-add-retriever --retro-project-dir /data/retro --bf16\n")
+    assert read_config(args).workload["model_type"] == "retro"
+    args.write_text("--num-attention-heads 16 --retro-add-retriever --use-legacy-models\n")
+    got = read_config(args)
+    assert "model_type" not in got.workload and any("legacy" in n for n in got.notes)
+    args.write_text("--num-attention-heads 16 --retro-project-dir /data/retro\n")
+    assert "model_type" not in read_config(args).workload
+
+
 def test_megatron_fp8_format_and_nemo_fp8_set_the_fp8_autocast(tmp_path: Path) -> None:
     # TE 2.5.0 turns FusedAttention off for CP + MLA whenever FP8 autocast is on, FP8 attention or not
     args = tmp_path / "args.txt"
