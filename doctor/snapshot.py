@@ -507,6 +507,12 @@ def _cuda_from_label(version: str) -> Optional[str]:
     return f"{m.group(1)[:-1]}.{m.group(1)[-1]}" if m else None
 
 
+def _hip_from_label(version: str) -> Optional[str]:
+    """'2.6.0+rocm6.2.4' -> '6.2.4' (PyTorch's ROCm index labels); None when the label does not say."""
+    m = re.search(r"\+rocm(\d+(?:\.\d+)*)", version)
+    return m.group(1) if m else None
+
+
 def _other_system_cudnn(system: Any, effective: Optional[str]) -> Optional[str]:
     """The version of the first system libcudnn that differs from the effective cuDNN; ""
     when the snapshot lists the system libraries and none differs; None when it does not say."""
@@ -552,8 +558,8 @@ def facts_from_snapshot(doc: Mapping[str, Any], source: str = "probe") -> Facts:
         unknown.setdefault("torch", "no torch section in the snapshot")
         if isinstance(packages, Mapping) and "torch" in packages:
             version = str(packages["torch"])
-            torch = replace(torch, version=version, cuda=_cuda_from_label(version))
-            if torch.cuda is not None or version.endswith("+cpu"):
+            torch = replace(torch, version=version, cuda=_cuda_from_label(version), hip=_hip_from_label(version))
+            if torch.cuda is not None or torch.hip is not None or re.search(r"\+(cpu|xpu)\b", version):
                 unknown.pop("torch", None)  # the label says which build it is
     cudnn = _section(CudnnInfo, doc.get("cudnn"))
     if cudnn.version is None:

@@ -177,3 +177,17 @@ def test_system_cudnn_fact_names_a_differing_system_library_only() -> None:
     assert system({"system": [{"path": "/usr/lib/libcudnn.so.9", "version": "9.19.0"}]}) == ""
     assert system({"system": []}) == ""
     assert system({}) is None  # the snapshot does not say
+
+
+@pytest.mark.parametrize("label,cuda,hip,known", [
+    ("2.6.0+cu124", "12.4", None, True),
+    ("2.6.0+rocm6.2.4", None, "6.2.4", True),
+    ("2.8.0+xpu", None, None, True),
+    ("2.6.0+cpu", None, None, True),
+    ("2.6.0", None, None, False),  # PyPI's default build differs by platform: not known
+])
+def test_a_package_list_torch_label_says_which_build(label: str, cuda, hip, known: bool) -> None:
+    # a requirements file or lock has no torch section: the version label is all there is
+    facts = facts_from_snapshot({"packages": {"torch": label}})
+    assert (facts.torch.cuda, facts.torch.hip) == (cuda, hip)
+    assert ("torch" not in facts.unknown) is known
