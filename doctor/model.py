@@ -379,9 +379,9 @@ class Workload:
     # the model has a vision tower: its config.json has a `visual` (Qwen-VL) or `vision_config`
     # section; None: not known (no config.json read and not stated)
     vision_tower: Optional[bool] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
-    # TransformerEngine's MultiheadAttention/TransformerLayer qkv_weight_interleaved (TE's default
-    # True): a fused QKV then splits into t/sb/bs-h3d views, False gives t/sb/bs-3hd; None: not
-    # stated, so not known
+    # TransformerEngine's MultiheadAttention/TransformerLayer qkv_weight_interleaved (default True,
+    # but forced False unless fuse_qkv_params=True, itself False by default): True splits a fused
+    # QKV into t/sb/bs-h3d views, False gives t/sb/bs-3hd; None: not stated, so not known
     qkv_weight_interleaved: Optional[bool] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
     # config.json's sliding_window when its use_sliding_window is false (the config turns the
     # window off but keeps its length; some transformers releases apply it anyway)
