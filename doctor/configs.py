@@ -394,6 +394,14 @@ def _megatron_args(t: _Taker, text: str) -> None:
             t.notes.append("--retro-add-retriever with --use-legacy-models: the legacy Retro model, whose attention is not Megatron-Core's; not read")
         else:
             t.put("--retro-add-retriever", "model_type", "retro")
+            # RetroConfig (0.11-0.15) replaces --attention-backend with unfused after checking the
+            # shell's NVTE_FLASH_ATTN / NVTE_FUSED_ATTN (models/retro/config.py): the backend's
+            # values are not what the run sees, so the shell's are kept for the rules to judge
+            if any(k in t.env for k in _ATTN_BACKEND_ENV["unfused"]):
+                for k in _ATTN_BACKEND_ENV["unfused"]:
+                    t.env.pop(k, None)
+                t.took[:] = [x for x in t.took if not x.startswith("attention_backend: ")]
+                t.notes.append("--retro-add-retriever: RetroConfig runs Retro as unfused whatever --attention-backend says; the NVTE_*_ATTN variables are taken from the environment as exported")
 
 
 def _nemo(t: _Taker, doc: Mapping[str, Any]) -> None:

@@ -256,6 +256,11 @@ def test_megatron_retro_arguments_name_the_retro_model(tmp_path: Path) -> None:
     assert "model_type" not in got.workload and any("legacy" in n for n in got.notes)
     args.write_text("--num-attention-heads 16 --retro-project-dir /data/retro\n")
     assert "model_type" not in read_config(args).workload
+    # RetroConfig overrides --attention-backend: its triple is not written over the shell's variables
+    args.write_text("--num-attention-heads 16 --retro-add-retriever --attention-backend flash\n")
+    got = read_config(args)
+    assert got.workload["model_type"] == "retro" and not got.env and any("RetroConfig" in n for n in got.notes)
+    assert not any(x.startswith("attention_backend: ") for x in got.took)
 
 
 def test_megatron_fp8_format_and_nemo_fp8_set_the_fp8_autocast(tmp_path: Path) -> None:
