@@ -40,8 +40,10 @@ def test_a_known_vision_tower_decides(cat) -> None:  # type: ignore[no-untyped-d
     assert _result(cat, {"model_type": "qwen", "dtype": "fp16", "vision_tower": True}).status == "passed"
 
 
-# TE 1.x's packed FP8 branch takes only NVTE_T3HD; TE's default fused QKV (qkv_weight_interleaved
-# True) is th3d. With the layout not stated TE-FUSED-FP8 must say it could not check (sample 15 row 26).
+# TE 1.x's packed FP8 branch takes only NVTE_T3HD. TE's MultiheadAttention splits a fused QKV per
+# head (th3d) only with fuse_qkv_params=True and qkv_weight_interleaved=True; its defaults
+# (fuse_qkv_params=False forces the flag off: v1.9 attention.py:6058-6059) give t3hd. With the layout
+# not stated TE-FUSED-FP8 reads TE's defaults (sample 15 row 26, sample 18 Q5).
 _TE1_PACKED_FP8 = {"dtype": "fp8", "qkv_format": "thd", "qkv_packed": True, "head_dim": 64, "num_heads": 16,
                    "num_kv_heads": 16, "seq_len": 512, "mask": "padding"}
 
@@ -51,10 +53,10 @@ def _fp8(cat: Any, workload: Dict[str, Any]) -> Any:
     return diagnose(cat, facts, wl).result("TE-FUSED-FP8")
 
 
-def test_an_unknown_qkv_interleaving_leaves_te_fused_fp8_undecided(cat) -> None:  # type: ignore[no-untyped-def]
-    got = _fp8(cat, _TE1_PACKED_FP8)
-    assert got.status == "not_evaluated"
-    assert any("workload.qkv_weight_interleaved" in m for m in got.missing)
+def test_an_unknown_qkv_interleaving_reads_as_te_defaults_in_te_fused_fp8(cat) -> None:  # type: ignore[no-untyped-def]
+    assert _fp8(cat, _TE1_PACKED_FP8).status == "passed"
+    # Megatron-Core splits per head whatever is stated
+    assert _fp8(cat, {**_TE1_PACKED_FP8, "framework": "megatron"}).status == "fired"
 
 
 def test_a_known_qkv_interleaving_decides_te_fused_fp8(cat) -> None:  # type: ignore[no-untyped-def]
