@@ -68,3 +68,73 @@ def test_cudnn_filters_stay_quiet_on_a_rocm_torch() -> None:
         if diagnose(cat, facts, wl).result(rule.id).status == "fired":
             wrong.append(f"{rule.id} fires[{i}]")
     assert not wrong, "fire on a ROCm torch: " + ", ".join(wrong)
+
+
+# flash-attn: FlashAttention-2 and -3 are CUDA or ROCm extensions, FlashAttention-4 CuTe DSL kernels
+# for NVIDIA GPUs. On a torch without CUDA or ROCm each member is out for the build alone
+# (FA2-CPU-TORCH, FA3-CPU-TORCH, FA4-CPU-TORCH; FA4 on ROCm too), never for a kernel filter.
+FA_CPU_RULE = {"flash_attn.fa2": "FA2-CPU-TORCH", "flash_attn.fa3": "FA3-CPU-TORCH", "flash_attn.fa4": "FA4-CPU-TORCH"}
+FA_DEFAULT_TORCH = {"flash_attn.fa2": "2.6.0", "flash_attn.fa3": "2.8.0", "flash_attn.fa4": "2.9.0"}
+
+
+def _fa_cpu_build(case: Dict[str, Any], member: str) -> Dict[str, Any]:
+    # flash-attn cases often leave torch out: give them the member's usual torch, as a CPU build
+    c = copy.deepcopy(case)
+    if not ((c.get("torch") or {}).get("version") or (c.get("packages") or {}).get("torch")):
+        c["packages"] = {**(c.get("packages") or {}), "torch": FA_DEFAULT_TORCH[member]}
+    moved = _cpu_build(c)
+    assert moved is not None
+    return moved
+
+
+def test_flash_attn_filters_stay_quiet_on_a_cpu_only_torch() -> None:
+    cat = load_catalogue()
+    wrong = []
+    checked = 0
+    rules = lambda r: r.disables in FA_CPU_RULE and not r.id.endswith("-CPU-TORCH")  # noqa: E731
+    for rule, kind, i, case in iter_rule_cases(cat, rules):
+        if kind != "fires":
+            continue
+        facts, wl = case_inputs(_fa_cpu_build(case, rule.disables))
+        d = diagnose(cat, facts, wl)
+        checked += 1
+        if d.result(rule.id).status == "fired":
+            wrong.append(f"{rule.id} fires[{i}]")
+        # the member is still out, for the build's reason
+        assert d.result(FA_CPU_RULE[rule.disables]).status == "fired", (rule.id, i, FA_CPU_RULE[rule.disables])
+    assert checked > 50
+    assert not wrong, "fire on a CPU-only torch: " + ", ".join(wrong)
+
+
+def test_flash_attn_4_filters_stay_quiet_on_a_rocm_torch() -> None:
+    # CuTe DSL has no AMD target: FA4-CPU-TORCH covers every torch without CUDA
+    cat = load_catalogue()
+    wrong = []
+    for rule, kind, i, case in iter_rule_cases(cat, lambda r: r.disables == "flash_attn.fa4" and not r.id.endswith("-CPU-TORCH")):
+        if kind != "fires":
+            continue
+        moved = _fa_cpu_build(case, rule.disables)
+        v = moved["torch"]["version"].replace("+cpu", "+rocm6.2")
+        moved["torch"].update(version=v, hip="6.2")
+        moved["packages"]["torch"] = v
+        facts, wl = case_inputs(moved)
+        d = diagnose(cat, facts, wl)
+        if d.result(rule.id).status == "fired":
+            wrong.append(f"{rule.id} fires[{i}]")
+        assert d.result("FA4-CPU-TORCH").status == "fired", (rule.id, i)
+    assert not wrong, "fire on a ROCm torch: " + ", ".join(wrong)
+
+
+def test_flash_attn_members_out_for_one_reason_on_a_cpu_only_torch() -> None:
+    # sample 18's example: torch 2.6.0+cpu, flash-attn 2.7.4.post1, fp32, head_dim 320, an H100
+    cat = load_catalogue()
+    case = {
+        "packages": {"flash-attn": "2.7.4.post1", "flash-attn-3": "3.0.0b1", "flash-attn-4": "4.0.0b27", "torch": "2.6.0+cpu"},
+        "torch": {"version": "2.6.0+cpu", "cuda": None, "hip": None},
+        "gpu": "9.0",
+        "workload": {"dtype": "fp32", "head_dim": 320},
+    }
+    facts, wl = case_inputs(case)
+    d = diagnose(cat, facts, wl)
+    fired = {r.id for r in cat.rules if r.disables in FA_CPU_RULE and d.result(r.id).status == "fired"}
+    assert fired == set(FA_CPU_RULE.values()), fired
