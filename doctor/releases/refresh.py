@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 from doctor.errors import DoctorError, ExitCode
 from doctor.releases.catalogue import CATALOGUE_PACKAGES
 
-PYTHONS = ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
+PYTHONS = ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "3.14", "3.15")
 # Binary wheels tagged py3-none: the Python does not decide which versions install.
 PYTHON_AGNOSTIC = ("nvidia-cudnn-cu11", "nvidia-cudnn-cu12", "nvidia-cudnn-cu13")
 DEFAULT_INDEX = "https://pypi.org"
