@@ -489,6 +489,7 @@ class Context:
         self.backends: Mapping[str, BackendStatus] = backends or {}
         self.selections: Mapping[str, Optional[str]] = selections or {}
         self.has_backend: Mapping[str, Optional[bool]] = has_backend or {}
+        self.findings: Dict[str, Outcome] = {}  # finding verdicts so far (the `finding:` leaf)
         self._cache: Dict[str, Value] = {}
 
     def value(self, path: str) -> Value:
@@ -592,6 +593,19 @@ def _compile(cond: Mapping[str, Any]) -> Compiled:
             return TRUE
 
         return fact
+    if "finding" in cond:
+        rid, want, if_unknown = cond["finding"], cond["fired"], cond.get("if_unknown")
+
+        def finding(ctx: Context) -> Outcome:
+            got = ctx.findings.get(rid)
+            if got is None or got.value is None:
+                if if_unknown is not None:
+                    return TRUE if if_unknown else FALSE
+                why = got.missing if got is not None else ()
+                return Outcome(None, (f"whether {rid} stops the run first is not known",) + tuple(why))
+            return TRUE if got.value == want else FALSE
+
+        return finding
     return lambda ctx: _evaluate_leaf(cond, ctx)  # backend / framework: depend on the diagnosis
 
 
@@ -659,7 +673,9 @@ def describe(cond: Any) -> str:
         return " or ".join(_grouped(c) for c in cond["any"])
     if "not" in cond:
         return f"not ({describe(cond['not'])})"
-    subject = next((str(cond[k]) for k in ("fact", "env", "package", "backend", "framework") if k in cond), "?")
+    subject = next((str(cond[k]) for k in ("fact", "env", "package", "backend", "framework", "finding") if k in cond), "?")
+    if "finding" in cond:
+        return f"{subject} {'fires' if cond['fired'] else 'does not fire'}"
     if "package" in cond and "installed" in cond:
         return f"{subject} {'installed' if cond['installed'] else 'not installed'}"
     if "is_set" in cond:

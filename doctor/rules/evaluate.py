@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from doctor.model import BackendStatus, Facts, Finding, FindingStatus, Fix, Severity, Workload
 from doctor.rules.callpath import CallPath, infer
 from doctor.rules.conditions import Context, Outcome, describe, evaluate
-from doctor.rules.loader import WHOLE_PLACEHOLDER, Backend, Catalogue, Framework, Rule
+from doctor.rules.loader import WHOLE_PLACEHOLDER, Backend, Catalogue, Framework, Rule, finding_refs
 
 
 @dataclass(frozen=True)
@@ -294,27 +294,49 @@ def rendered_fixes(fixes: Sequence[Fix], ctx: Context) -> Tuple[Fix, ...]:
     )
 
 
+def finding_order(rules: Sequence[Rule]) -> List[Rule]:
+    """The rules in catalogue order, except that a finding comes after every finding its `when`
+    reads (the loader has refused cycles)."""
+    by_id = {r.id: r for r in rules}
+    done: Dict[str, bool] = {}
+    out: List[Rule] = []
+
+    def visit(r: Rule) -> None:
+        if done.get(r.id):
+            return
+        done[r.id] = True
+        for dep in finding_refs(r.when):
+            if dep in by_id:
+                visit(by_id[dep])
+        out.append(r)
+
+    for r in rules:
+        visit(r)
+    return out
+
+
 def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
     statuses, selections, has_backend, outcomes = _backends(cat, facts, workload)
     path = infer(facts, workload, selections)
     ctx = Context(facts, workload, statuses, selections, has_backend, path)
     findings: List[Finding] = []
-    results: List[RuleResult] = []
-    for rule in cat.rules:
+    by_id: Dict[str, RuleResult] = {}
+    for rule in finding_order(cat.rules):
         if rule.disables:
             got = outcomes.get(rule.id)
             if got is None:  # framework absent: nothing to disable
-                results.append(RuleResult(rule.id, "passed"))
+                by_id[rule.id] = RuleResult(rule.id, "passed")
             else:
                 verdict = "not_evaluated" if got.value is None else ("fired" if got.value else "passed")
-                results.append(RuleResult(rule.id, verdict, got.missing))
+                by_id[rule.id] = RuleResult(rule.id, verdict, got.missing)
             continue
         out = evaluate(rule.when, ctx)
+        ctx.findings[rule.id] = out
         if out.value is False:
-            results.append(RuleResult(rule.id, "passed"))
+            by_id[rule.id] = RuleResult(rule.id, "passed")
             continue
         status: FindingStatus = "fired" if out.value else "not_evaluated"
-        results.append(RuleResult(rule.id, status, out.missing))
+        by_id[rule.id] = RuleResult(rule.id, status, out.missing)
         findings.append(
             Finding(
                 rule_id=rule.id,
@@ -333,7 +355,7 @@ def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
     return Diagnosis(
         backends=tuple(statuses.values()),
         findings=tuple(findings),
-        results=tuple(results),
+        results=tuple(by_id[r.id] for r in cat.rules),
         selections=tuple(selections.items()),
         path=path,
         has_backend=tuple(has_backend.items()),

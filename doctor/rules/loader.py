@@ -22,7 +22,7 @@ from doctor.model import Fix, Pin, Severity
 from doctor.versions import canonical_name, parse_pin
 from doctor.yamlio import read_yaml
 
-CACHE_FORMAT = 7
+CACHE_FORMAT = 8
 
 
 # --------------------------------------------------------------------------- values
@@ -107,6 +107,7 @@ class Rule:
     evidence: Tuple[Mapping[str, Any], ...] = ()  # assertions on released artifacts (tools/evidence.py)
     confidence: Optional[str] = None  # "inferred": the range is not derived from released artifacts
     confidence_note: Optional[str] = None
+    alongside: Tuple[Tuple[str, str], ...] = ()  # (rule id, why both fire on the same inputs)
 
     @property
     def kind(self) -> str:
@@ -390,6 +391,7 @@ def _build(path: Path, doc: Mapping[str, Any]) -> Tuple[List[Framework], List[Ru
                 evidence=tuple(_plain(e) for e in r.get("evidence", ()) or ()),
                 confidence=r.get("confidence"),
                 confidence_note=r.get("confidence_note"),
+                alongside=tuple((a["rule"], " ".join(a["why"].split())) for a in r.get("alongside", ()) or ()),
             )
         )
     return frameworks, rules
@@ -549,6 +551,48 @@ def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> 
         for fw_ref in _framework_refs(r.when):
             if fw_ref not in fw_ids:
                 raise RuleError(f"rule {r.id}: refers to unknown framework {fw_ref!r}", path=r.path, line=r.line)
+    _check_finding_refs(rules)
+
+
+def finding_refs(cond: Any) -> List[str]:
+    """The rule ids a condition reads through `{finding: ID, fired: ...}` leaves."""
+    if not isinstance(cond, dict):
+        return []
+    if "finding" in cond:
+        return [str(cond["finding"])]
+    kids = [*(cond.get("all", ()) or ()), *(cond.get("any", ()) or ()), *([cond["not"]] if "not" in cond else [])]
+    return [rid for k in kids for rid in finding_refs(k)]
+
+
+def _check_finding_refs(rules: Sequence[Rule]) -> None:
+    """`finding:` leaves and `alongside:` entries name finding rules; findings read each other
+    without a cycle (the evaluator orders them by these reads)."""
+    by_id = {r.id: r for r in rules}
+    for r in rules:
+        refs = finding_refs(r.when)
+        if refs and r.disables:
+            raise RuleError(f"rule {r.id}: a backend rule may not depend on a finding", path=r.path, line=r.line,
+                            hint="findings are evaluated after backend availability")
+        for rid, what in [(x, "refers to") for x in refs] + [(a, "lists alongside") for a, _ in r.alongside]:
+            other = by_id.get(rid)
+            if other is None or other.disables or rid == r.id:
+                raise RuleError(f"rule {r.id}: {what} {rid!r}, which is not another finding rule", path=r.path, line=r.line,
+                                hint="name a finding rule's id")
+    state: Dict[str, int] = {}
+
+    def visit(r: Rule, chain: List[str]) -> None:
+        if state.get(r.id) == 2:
+            return
+        if state.get(r.id) == 1:
+            raise RuleError(f"rule {r.id}: findings read each other in a cycle: {' -> '.join(chain + [r.id])}",
+                            path=r.path, line=r.line, hint="one of them must not depend on the other")
+        state[r.id] = 1
+        for rid in finding_refs(r.when):
+            visit(by_id[rid], chain + [r.id])
+        state[r.id] = 2
+
+    for r in rules:
+        visit(r, [])
 
 
 def _version_leaves(cond: Any) -> Iterable[Tuple[str, str]]:
@@ -642,6 +686,7 @@ def _from_json(doc: Mapping[str, Any]) -> Catalogue:
                 ),
                 "kernels": tuple(r["kernels"]),
                 "evidence": tuple(r.get("evidence", ())),
+                "alongside": tuple(tuple(a) for a in r.get("alongside", ())),
             }
         )
         for r in doc["rules"]

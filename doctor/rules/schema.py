@@ -72,6 +72,9 @@ CONDITION: Dict[str, Any] = {
         ),
         _leaf("backend", {"available": {"type": "boolean"}, "selected": {"type": "boolean"}}),
         _leaf("framework", {"has_backend": {"type": "boolean"}, "selects": {"type": "string"}}),
+        # another finding's verdict (finding rules only): `{finding: FA-IMPORT-FAILS, fired: false}` --
+        # this failure happens only where that one does not stop the run first
+        {**_leaf("finding", {"fired": {"type": "boolean"}, "if_unknown": {"type": "boolean"}}), "required": ["finding", "fired"]},
     ],
 }
 
@@ -183,6 +186,18 @@ RULE: Dict[str, Any] = {
         "evidence": {"type": "array", "items": EVIDENCE, "minItems": 1},
         "confidence": {"enum": ["inferred"]},
         "confidence_note": {"type": "string", "minLength": 1},
+        # other error findings that may fire on the same inputs as this one, each with why both are
+        # true there (tests/rules/test_fails_first.py requires it for every fires case)
+        "alongside": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["rule", "why"],
+                "properties": {"rule": {"type": "string", "minLength": 1}, "why": {"type": "string", "minLength": 10}},
+                "additionalProperties": False,
+            },
+        },
         "tests": {
             "type": "object",
             "required": ["fires", "passes"],
