@@ -184,11 +184,13 @@ def _own(
         reasons.append("library not installed")
     elif inst.value is None:
         unknown.extend(inst.missing)
-    for rule in by_backend.get(b.id, ()):
-        if skip_uninstalled and inst.value is False:  # a member's rules are moot without it
+    gone = False  # an `absent` rule fired: the backend is not in this build, its filters are moot
+    for rule in sorted(by_backend.get(b.id, ()), key=lambda r: not r.absent):
+        if (skip_uninstalled and inst.value is False) or gone:  # a member's rules are moot without it
             outcomes[rule.id] = Outcome(False)
             continue
         out = evaluate(rule.when, ctx)
+        gone = rule.absent and out.value is True
         outcomes[rule.id] = out
         if out.value is True:
             reasons.append(render(rule.message, ctx))

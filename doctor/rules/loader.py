@@ -22,7 +22,7 @@ from doctor.model import Fix, Pin, Severity
 from doctor.versions import canonical_name, parse_pin
 from doctor.yamlio import read_yaml
 
-CACHE_FORMAT = 8
+CACHE_FORMAT = 9
 
 
 # --------------------------------------------------------------------------- values
@@ -100,6 +100,7 @@ class Rule:
     line: int
     severity: Optional[Severity] = None  # findings
     disables: Optional[str] = None  # backend rules: the backend id this rule switches off
+    absent: bool = False  # backend rules: the backend does not exist here; its other filters stay silent
     area: str = "general"
     fixes: Tuple[Fix, ...] = ()
     kernels: Tuple[str, ...] = ()
@@ -372,6 +373,7 @@ def _build(path: Path, doc: Mapping[str, Any]) -> Tuple[List[Framework], List[Ru
                 line=getattr(r, "line", 0),
                 severity=Severity(r["severity"]) if r.get("severity") else None,
                 disables=r.get("disables"),
+                absent=bool(r.get("absent", False)),
                 area=r.get("area", "general"),
                 fixes=tuple(
                     Fix(

@@ -175,6 +175,9 @@ RULE: Dict[str, Any] = {
         "id": {"type": "string", "pattern": r"^[A-Z0-9][A-Z0-9-]*[A-Z0-9]$"},
         "severity": {"enum": ["error", "warning", "info"]},
         "disables": {"type": "string", "pattern": r"^[a-z0-9_]+\.[a-z0-9_]+$"},
+        # backend rules: the backend does not exist here (not built into this torch, not in this
+        # release); where it fires, the backend's other filters are not why it is out and stay silent
+        "absent": {"type": "boolean"},
         "area": {"type": "string"},
         "title": {"type": "string", "minLength": 1},
         "message": {"type": "string", "minLength": 1},
@@ -209,7 +212,7 @@ RULE: Dict[str, Any] = {
         },
     },
     "oneOf": [{"required": ["severity"]}, {"required": ["disables"]}],
-    "dependentRequired": {"confidence": ["confidence_note"], "confidence_note": ["confidence"]},
+    "dependentRequired": {"confidence": ["confidence_note"], "confidence_note": ["confidence"], "absent": ["disables"]},
     "additionalProperties": False,
 }
 

@@ -122,3 +122,52 @@ def test_the_pending_list_names_only_pairs_that_still_fire_together() -> None:
     still = {(r, o) for r, _, o in _cofiring()}
     stale = sorted(_pending() - still)
     assert not stale, "judged or gone; remove from cofire_pending.txt:\n" + "\n".join(f"{r} {o}" for r, o in stale)
+
+
+ABSENT = """
+frameworks:
+  - id: fw
+    name: fw
+    sources: [https://github.com/pytorch/pytorch/issues/1]
+    backends:
+      - {id: fw.fast, name: Fast, installed: {package: torch, installed: true}}
+    selection:
+      - order: [fw.fast]
+rules:
+  - id: FAST-HEAD-DIM
+    disables: fw.fast
+    title: head dims up to 256
+    message: head dim over 256
+    when: {fact: workload.head_dim_qk, gt: 256}
+    sources: [https://github.com/pytorch/pytorch/issues/1]
+    tests:
+      fires: [{packages: {torch: "2.6.0"}, workload: {head_dim: 320}}]
+      passes: [{packages: {torch: "2.6.0"}}]
+  - id: FAST-NOT-BUILT
+    disables: fw.fast
+    absent: true
+    title: no kernel in a CPU build
+    message: not built into this torch
+    when: {fact: torch.version, matches: '\\+cpu'}
+    sources: [https://github.com/pytorch/pytorch/issues/1]
+    tests:
+      fires: [{packages: {torch: "2.6.0+cpu"}}]
+      passes: [{packages: {torch: "2.6.0"}}]
+"""
+
+
+def test_a_backend_that_is_not_there_has_one_reason_and_its_filters_stay_silent(tmp_path: Path) -> None:
+    cat = _load(tmp_path, ABSENT)
+    facts, wl = case_inputs({"packages": {"torch": "2.6.0+cpu"}, "workload": {"head_dim": 320}})
+    d = diagnose(cat, facts, wl)
+    st = next(b for b in d.backends if b.id == "fw.fast")
+    assert st.available is False and st.reasons == ("not built into this torch",)
+    assert {r.rule_id: r.status for r in d.results} == {"FAST-HEAD-DIM": "passed", "FAST-NOT-BUILT": "fired"}
+    facts, wl = case_inputs({"packages": {"torch": "2.6.0"}, "workload": {"head_dim": 320}})
+    st = next(b for b in diagnose(cat, facts, wl).backends if b.id == "fw.fast")
+    assert st.reasons == ("head dim over 256",)
+
+
+def test_absent_belongs_to_backend_rules_only(tmp_path: Path) -> None:
+    with pytest.raises(RuleError):
+        _load(tmp_path, TWO.replace("    severity: error\n    title: the first failure\n", "    severity: error\n    absent: true\n    title: the first failure\n") % "")
