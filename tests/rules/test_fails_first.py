@@ -128,11 +128,12 @@ ABSENT = """
 frameworks:
   - id: fw
     name: fw
-    sources: [https://github.com/pytorch/pytorch/issues/1]
+    installed: {package: torch, installed: true}
     backends:
-      - {id: fw.fast, name: Fast, installed: {package: torch, installed: true}}
+      - {id: fw.fast, name: Fast}
     selection:
       - order: [fw.fast]
+    sources: [https://github.com/pytorch/pytorch/issues/1]
 rules:
   - id: FAST-HEAD-DIM
     disables: fw.fast
