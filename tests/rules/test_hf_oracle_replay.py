@@ -95,6 +95,11 @@ def _status(version, model_type, impl):
 
     case = {"packages": {"transformers": version, "torch": "2.8.0"}, "gpu": "9.0",
             "workload": {"model_type": model_type, "attn_implementation": impl}}
+    if impl == "flash_attention_3":
+        # a usable FlashAttention-3: without it transformers' availability check raises before
+        # the model's attention-class dict is read (HF-NO-ATTENTION-IMPLEMENTATION)
+        case["packages"]["flash-attn-3"] = "3.0.0b1"
+        case["imports"] = {"flash_attn_3": {"status": "present"}}
     facts, workload = case_inputs(case)
     return diagnose(_catalogue(), facts, workload).result("HF-MODEL-HAS-NO-SUCH-ATTENTION").status
 
