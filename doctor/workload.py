@@ -300,6 +300,10 @@ def workload_from_model(path: Path, overridden: Tuple[str, ...] = ()) -> Dict[st
 _HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads", "num_heads")
 _KV_KEYS = ("num_key_value_heads", "num_kv_heads", "multi_query_group_num")
 _HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model")  # d_model: MPT
+_WINDOW_SWITCH_OFF_BY_DEFAULT = frozenset({
+    "qwen2", "qwen2_moe", "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "qwen2_5_omni",
+    "qwen2_5_omni_text", "qwen2_5_omni_thinker", "qwen3", "qwen3_moe", "got_ocr2", "smollm3",
+})
 _MODEL_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "half": "float16", "float32": "float32", "float": "float32"}
 
 
@@ -367,7 +371,12 @@ def _model_keys(cfg: Mapping[str, Any], where: str, overridden: Tuple[str, ...] 
             raise bad(hidden_key, hidden, f"is not a multiple of {head_key}={heads}, so the head dim is unknown")
         out["head_dim"] = hidden // heads
     window = c.get("sliding_window")
-    if window is not None and c.get("use_sliding_window", True) is not False:
+    # where the config class has a use_sliding_window switch it defaults to False (transformers
+    # 4.41-4.57 configuration_qwen2/qwen2_moe/qwen3/qwen3_moe/qwen2_vl/qwen2_5_vl/qwen2_5_omni/
+    # got_ocr2/smollm3.py), and save_pretrained leaves default values out: a missing key is off
+    # there; other families (Mistral, ...) have no switch, their window always applies
+    switch_default = str(c.get("model_type", "")) not in _WINDOW_SWITCH_OFF_BY_DEFAULT
+    if window is not None and c.get("use_sliding_window", switch_default) is not False:
         if isinstance(window, bool) or not isinstance(window, int) or window < 0:
             raise bad("sliding_window", window, "expected a window length (integer >= 0) or null")
         if window > 0:

@@ -79,6 +79,29 @@ def test_gemma2_softcap_window_and_gqa(tmp_path: Path) -> None:
     assert out["head_dim"] == 256 and out["softcap"] == 50.0 and out["window_size"] == [4095, 0] and out["num_kv_heads"] == 8
 
 
+@pytest.mark.parametrize(
+    "cfg,window",
+    [
+        # Qwen2's config class defaults use_sliding_window to False and save_pretrained drops defaults
+        ({"model_type": "qwen2", "sliding_window": 4096}, None),
+        ({"model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": True}, [4095, 0]),
+        # a LLaVA whose text model is Qwen2: the text config's switch decides
+        ({"model_type": "llava", "text_config": {"model_type": "qwen2", "sliding_window": 4096}}, None),
+        # Mistral has no switch: its window always applies
+        ({"model_type": "mistral", "sliding_window": 4096}, [4095, 0]),
+    ],
+)
+def test_a_missing_use_sliding_window_reads_as_the_config_class_default(tmp_path: Path, cfg: dict, window: object) -> None:
+    full = {"num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, **cfg}
+    if "text_config" in cfg:
+        full["text_config"] = {"num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, **cfg["text_config"]}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(full))
+    out = workload_from_model(p)
+    assert out.get("window_size") == window
+    assert out.get("unused_sliding_window") == (4096 if window is None else None)
+
+
 def test_model_config_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="model config not found"):
         resolve_workload(model=tmp_path / "nope")
