@@ -49,7 +49,7 @@ def show_rule(
     """Everything about one rule: condition, fixes, sources, where it is defined."""
     import yaml
 
-    from doctor.rules.loader import load_catalogue
+    from doctor.rules.loader import finding_refs, load_catalogue
 
     cat = load_catalogue(rules_dir or [])
     try:
@@ -91,6 +91,14 @@ def show_rule(
             out.append(f"  - {f.description}" + (f"  [{'; '.join(acts)}]" if acts else ""))
             if f.when:
                 out.append(f"    only when: {json.dumps(f.when)}")
+    if r.absent:
+        out.append(f"absent: where this fires, {r.disables} is not in this build or release; its other filters stay silent")
+    if r.alongside:
+        out.append("fires alongside (both really happen on such inputs):")
+        out.extend(f"  {rid}: {why}" for rid, why in r.alongside)
+    readers = [x.id for x in cat.rules if r.id in finding_refs(x.when)]
+    if readers:
+        out.append("stops first for (these read its verdict): " + ", ".join(readers))
     if r.kernels:
         out.append("kernel cases: " + ", ".join(r.kernels))
     out.append("sources:")

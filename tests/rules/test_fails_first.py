@@ -14,7 +14,7 @@ import pytest
 from doctor.errors import RuleError
 from doctor.rules.cases import case_inputs, iter_rule_cases
 from doctor.rules.evaluate import diagnose
-from doctor.rules.loader import Catalogue, load_catalogue
+from doctor.rules.loader import Catalogue, finding_refs, load_catalogue
 
 TWO = """
 rules:
@@ -172,3 +172,23 @@ def test_a_backend_that_is_not_there_has_one_reason_and_its_filters_stay_silent(
 def test_absent_belongs_to_backend_rules_only(tmp_path: Path) -> None:
     with pytest.raises(RuleError):
         _load(tmp_path, TWO.replace("    severity: error\n    title: the first failure\n", "    severity: error\n    absent: true\n    title: the first failure\n") % "")
+
+
+def _show(rule_id: str, capsys: Any) -> str:
+    from doctor.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["rules", "show", rule_id])
+    assert int(exc.value.code or 0) == 0
+    return str(capsys.readouterr().out)
+
+
+def test_rules_show_names_what_a_rule_stops_first_and_what_fires_alongside(capsys: Any) -> None:
+    cat = load_catalogue()
+    reader = next(r for r in cat.rules if "FA-IMPORT-FAILS" in finding_refs(r.when))
+    out = _show("FA-IMPORT-FAILS", capsys)
+    assert "stops first for" in out and reader.id in out
+    declared = next(r for r in cat.rules if r.alongside)
+    out = _show(declared.id, capsys)
+    assert "fires alongside" in out and declared.alongside[0][0] in out
+    assert "absent: where this fires, sdpa.flash is not in this build" in _show("SDPA-FLASH-CPU-TORCH", capsys)
