@@ -228,6 +228,8 @@ def install_commands(
     if torch_moved and "transformer-engine" in installed and "transformer-engine" not in pins:
         te = parse_version(installed["transformer-engine"])
         tv = te.public if te else installed["transformer-engine"]
+        if te and not rel.exists("transformer-engine-torch", tv) and rel.exists("transformer-engine-torch", te.base_version):
+            tv = te.base_version  # a post release of the meta package (1.9.0.post1) ships the 1.9.0 extension
         rec = _recipe("transformer-engine")
         out.append(
             Command(

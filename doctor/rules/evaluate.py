@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from doctor.model import BackendStatus, Facts, Finding, FindingStatus, Fix, Severity, Workload
 from doctor.rules.callpath import CallPath, infer
-from doctor.rules.conditions import Context, Outcome, describe, evaluate
+from doctor.rules.conditions import FALSE, Context, Outcome, describe, evaluate
 from doctor.rules.loader import WHOLE_PLACEHOLDER, Backend, Catalogue, Framework, Rule, finding_refs
 
 
@@ -321,6 +321,11 @@ def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
     statuses, selections, has_backend, outcomes = _backends(cat, facts, workload)
     path = infer(facts, workload, selections)
     ctx = Context(facts, workload, statuses, selections, has_backend, path)
+    loaded = {r.id for r in cat.rules}
+    for r in cat.rules:  # a partial catalogue (the loader allows it only without the built-in set)
+        for dep in finding_refs(r.when):
+            if dep not in loaded:
+                ctx.findings[dep] = FALSE  # a rule that is not loaded never fires
     findings: List[Finding] = []
     by_id: Dict[str, RuleResult] = {}
     for rule in finding_order(cat.rules):

@@ -78,9 +78,28 @@ def test_if_unknown_decides_a_finding_leaf_that_cannot_be_read(tmp_path: Path) -
     ],
 )
 def test_bad_finding_references_are_refused(tmp_path: Path, edit: Any, needle: str) -> None:
+    if needle == "cycle":  # a partial catalogue may name a rule it did not load (below)
+        with pytest.raises(RuleError) as exc:
+            _load(tmp_path, edit(TWO % ""))
+        assert needle in exc.value.one_line()
+    # a --rules-dir on top of the shipped catalogue is refused
+    p = tmp_path / "mine"
+    p.mkdir()
+    (p / "r.yaml").write_text(edit(TWO % ""))
     with pytest.raises(RuleError) as exc:
-        _load(tmp_path, edit(TWO % ""))
-    assert needle in exc.value.one_line()
+        load_catalogue([p], use_cache=False)
+    assert needle in exc.value.one_line() and "r.yaml" in exc.value.one_line()
+
+
+def test_a_partial_catalogue_may_name_a_rule_it_did_not_load(tmp_path: Path) -> None:
+    # some of the shipped files without the rest (as tests load them): a rule that is not loaded
+    # never fires, and an `alongside:` entry only documents a co-firing error
+    text = (TWO % "").replace("    title: the first failure\n", "    title: the first failure\n    alongside: [{rule: ELSEWHERE, why: both are true here}]\n")
+    cat = _load(tmp_path, text)
+    assert _status(cat, {"env": {"LATER": "1"}, "gpu": "7.0"}) == {"B-LATER": "passed", "A-FIRST": "fired"}
+    cat = _load(tmp_path, (TWO % "").replace("finding: A-FIRST", "finding: NOT-LOADED"))
+    assert _status(cat, {"env": {"LATER": "1"}})["B-LATER"] == "fired"
+    assert _status(cat, {"env": {"LATER": "1"}, "gpu": "7.0"}) == {"B-LATER": "fired", "A-FIRST": "fired"}
 
 
 @lru_cache(maxsize=1)
