@@ -22,7 +22,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Tuple, Type, Union
+from typing import Any, Callable, Iterator, List, Optional, Tuple, Type, Union
 
 from doctor.errors import InputError
 
@@ -101,6 +101,18 @@ def _line(event: Any) -> Optional[int]:
     return None if mark is None else int(mark.line) + 1
 
 
+def _events(yaml: Any, text: str, loader: Any) -> Iterator[Any]:
+    """The parser's events; libyaml's own nesting limit (PyYAML >= 6.0.4 raises "exceeded maximum
+    nesting depth" from its scanner, which reads ahead of the events) is the same refusal as ours."""
+    try:
+        yield from yaml.parse(text, Loader=loader)
+    except yaml.YAMLError as exc:
+        if "nesting depth" not in str(exc):
+            raise
+        mark = getattr(exc, "problem_mark", None)
+        raise _Limit(f"nested more than {MAX_DEPTH} levels deep", None if mark is None else int(mark.line) + 1) from None
+
+
 def _check_yaml_events(text: str) -> None:
     """Walk the YAML event stream (nothing is constructed): depth and alias expansion."""
     import yaml
@@ -110,7 +122,7 @@ def _check_yaml_events(text: str) -> None:
     sizes: dict = {}
     written = 0
     expanded = 0
-    for ev in yaml.parse(text, Loader=loader):
+    for ev in _events(yaml, text, loader):
         if isinstance(ev, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
             written += 1
             frames.append([ev.anchor, 1])
