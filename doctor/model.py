@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
-from typing import Any, Literal, Mapping, Optional, Tuple
+from typing import Any, Dict, Literal, Mapping, Optional, Tuple
 
 SCHEMA_VERSION = 1
 
@@ -810,6 +810,35 @@ class Fix:
         return bool(self.pins or self.env or self.workload)
 
 
+# Where in a run a finding's failure shows, earliest first. A finding at an earlier stage stops
+# the run before a later one can happen, so the report lists the later one "behind" it: true,
+# but only reached once the earlier one is fixed (docs/rules.md, "Stages").
+@dataclass(frozen=True)
+class Stage:
+    name: str  # the rule file's `stage:` value
+    when: str  # "at import": completes "this shows ... once that is fixed"
+    description: str
+
+
+STAGES: Tuple[Stage, ...] = (
+    Stage("install", "at install", "the environment cannot be installed as stated (no wheel, a resolver conflict)"),
+    Stage("import", "at import", "importing a package of the stack fails"),
+    Stage("setup", "at start-up", "the script refuses before the model runs (arguments, config, model load, attention checks)"),
+    Stage("driver", "when CUDA starts", "CUDA starts at the first use of the GPU and fails (the driver is too old for torch's CUDA)"),
+    Stage("device", "at the first CUDA kernel", "the first CUDA kernel of the run fails (no kernel image for this GPU)"),
+    Stage("step", "in the first training or inference step", "attention in the first forward or backward step raises or crashes"),
+    Stage("numbers", "in the results", "the run goes on, with wrong numbers or a silently changed computation"),
+)
+STAGE_BY_NAME: Dict[str, Stage] = {st.name: st for st in STAGES}
+STAGE_RANK: Dict[str, int] = {st.name: i for i, st in enumerate(STAGES)}
+
+
+def stage_ordered(a: Optional[str], b: Optional[str]) -> bool:
+    """Two findings whose stages say which one the run reaches first: the report lists the
+    later one behind the earlier, so they need no `alongside:` or reading of each other."""
+    return bool(a and b and STAGE_RANK[a] != STAGE_RANK[b])
+
+
 @dataclass(frozen=True)
 class Finding:
     rule_id: str
@@ -823,6 +852,8 @@ class Finding:
     area: str = "general"
     kernels: Tuple[str, ...] = ()  # kernel case ids that test this prediction
     evidence: Tuple[str, ...] = ()  # what the kernels saw
+    stage: Optional[str] = None  # where in the run it shows (STAGES); None: not stated
+    behind: Tuple[str, ...] = ()  # error findings at an earlier stage that stop the run first
 
 
 @dataclass(frozen=True)

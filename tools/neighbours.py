@@ -31,6 +31,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from doctor.fix.recheck import recheck  # noqa: E402
+from doctor.model import stage_ordered  # noqa: E402
 from doctor.rules.cases import case_inputs, iter_rule_cases  # noqa: E402
 from doctor.rules.evaluate import diagnose  # noqa: E402
 from doctor.rules.loader import Catalogue, finding_refs, load_catalogue  # noqa: E402
@@ -47,9 +48,12 @@ PLATFORMS = (
 
 def neighbours(case: Mapping[str, Any]) -> Iterator[Tuple[str, Dict[str, Any]]]:
     """(what changed, the neighbouring case). Only sections the case already states are varied:
-    a case without a GPU stays without one (its author left the GPU unknown on purpose)."""
+    a case without a GPU stays without one (its author left the GPU unknown on purpose), and a
+    ROCm case keeps its AMD GPU."""
     base = {k: v for k, v in case.items() if k != "offers"}
-    if "gpu" in case:
+    torch = case.get("torch")
+    rocm = isinstance(torch, Mapping) and bool(torch.get("hip"))  # an AMD GPU: NVIDIA SMs are no neighbours
+    if "gpu" in case and not rocm:
         for sm in GPUS:
             if sm != case["gpu"]:
                 yield f"gpu {sm}", {**base, "gpu": sm}
@@ -63,6 +67,7 @@ def neighbours(case: Mapping[str, Any]) -> Iterator[Tuple[str, Dict[str, Any]]]:
 def scan(ids: List[str], cat: Optional[Catalogue] = None) -> List[Dict[str, Any]]:
     cat = cat or load_catalogue(use_cache=False)
     errors = {r.id for r in cat.rules if not r.disables and r.severity is not None and r.severity.value == "error"}
+    stage = {r.id: r.stage for r in cat.rules}
     leads: List[Dict[str, Any]] = []
     seen = set()
     for rule, kind, i, case in iter_rule_cases(cat, (lambda r: r.id in ids) if ids else None):
@@ -83,6 +88,8 @@ def scan(ids: List[str], cat: Optional[Catalogue] = None) -> List[Dict[str, Any]
             if f is None:
                 continue
             for r in d.results:
+                if stage_ordered(rule.stage, stage.get(r.rule_id)):  # listed behind the earlier one
+                    continue
                 if r.status == "fired" and r.rule_id in errors and r.rule_id not in known and r.rule_id not in on_case:
                     key = (rule.id, "cofires", r.rule_id, what)
                     if key not in seen:

@@ -11,6 +11,7 @@ import typer
 
 from doctor.commands.common import emit
 from doctor.errors import ExitCode, InputError
+from doctor.model import STAGE_BY_NAME
 
 rules_app = typer.Typer(help="List, explain and validate compatibility rules.", no_args_is_help=True)
 
@@ -93,6 +94,8 @@ def show_rule(
                 out.append(f"    only when: {json.dumps(f.when)}")
     if r.absent:
         out.append(f"absent: where this fires, {r.disables} is not in this build or release; its other filters stay silent")
+    if r.stage:
+        out.append(f"stage: {r.stage} ({STAGE_BY_NAME[r.stage].description}); listed behind errors of earlier stages")
     if r.alongside:
         out.append("fires alongside (both really happen on such inputs):")
         out.extend(f"  {rid}: {why}" for rid, why in r.alongside)

@@ -39,6 +39,8 @@ def report_dict(report: Report) -> Dict[str, Any]:
                 "message": f.message,
                 "status": f.status,
                 "area": f.area,
+                "stage": f.stage,
+                "behind": list(f.behind),
                 "fixes": [
                     {
                         "pins": [str(p) for p in x.pins],

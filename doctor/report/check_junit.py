@@ -12,6 +12,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from doctor.rules.evaluate import unsure_note
 from doctor.model import Finding, Report, Severity
+from doctor.report.summary import behind_note
 
 
 def render_check_junit(report: Report, *, fail_on: str = "error", strict: bool = False) -> str:
@@ -26,7 +27,8 @@ def render_check_junit(report: Report, *, fail_on: str = "error", strict: bool =
             fixes = "; ".join(
                 x.description + (f" (may not apply here: {unsure_note(x)})" if x.unsure else "") for x in f.fixes
             ) or "see sources"
-            body = f"<failure type={quoteattr(f.severity)} message={quoteattr(f.title)}>{escape(f.message)}\nFix: {escape(fixes)}</failure>"
+            after = behind_note(f) + "\n" if f.behind else ""
+            body = f"<failure type={quoteattr(f.severity)} message={quoteattr(f.title)}>{escape(f.message)}\n{escape(after)}Fix: {escape(fixes)}</failure>"
         elif f is not None and status == "fired":
             body = f"<system-out>{escape(f'{f.severity}: {f.message}')}</system-out>"
         elif status == "not_evaluated":

@@ -7,7 +7,7 @@ from typing import List
 from doctor import __version__
 from doctor.model import Report
 from doctor.rules.evaluate import unsure_note
-from doctor.report.summary import area_lines, backends_by_framework, counts, describe_workload
+from doctor.report.summary import area_lines, backends_by_framework, behind_note, counts, describe_workload
 
 _ICON = {"ok": "✅", "warning": "⚠️", "error": "❌", "info": "ℹ️", "unknown": "❔"}
 
@@ -43,6 +43,8 @@ def render_check_markdown(report: Report) -> str:
         out.append("")
         out.append(f.message)
         out.append("")
+        if f.behind:
+            out += [f"_{behind_note(f)}_", ""]
         for e in f.evidence:
             out.append(f"- evidence: {e}")
         for fix in f.fixes:

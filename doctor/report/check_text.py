@@ -15,7 +15,7 @@ from rich.text import Text
 from doctor import __version__
 from doctor.model import Finding, Report
 from doctor.rules.evaluate import unsure_note
-from doctor.report.summary import area_lines, backends_by_framework, counts, describe_workload
+from doctor.report.summary import area_lines, backends_by_framework, behind_note, counts, describe_workload
 
 MARKS = {
     "ok": ("[green]✓[/]", "✓"),
@@ -36,6 +36,8 @@ def _finding(f: Finding, verbose: bool) -> List[object]:
             label += f", {f.status.replace('_', ' ')} by kernels"
         head = f"[{style}]{label}[/] [bold]{escape(f.rule_id)}[/]  {escape(f.title)}"
     out: List[object] = [head, Padding(Text(f.message), (0, 0, 0, 4))]
+    if f.behind:
+        out.append(Padding(Text(behind_note(f), style="dim"), (0, 0, 0, 4)))
     if f.status == "not_evaluated":
         for m in f.missing[:3]:
             out.append(f"    [dim]unknown: {escape(m)}[/]")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from doctor.model import BackendStatus, Finding, Report, Workload
+from doctor.model import STAGE_BY_NAME, BackendStatus, Finding, Report, Workload
 
 AREA_TITLES = {
     "gpu": "GPU and driver",
@@ -25,6 +25,17 @@ AREA_TITLES = {
 }
 AREA_ALIASES = {"driver": "gpu", "cudnn": "cuda", "torch": "cuda", "sdpa": "torch-sdpa", "xtuner": "frameworks"}
 FRAMEWORK_AREAS = ("torch-sdpa", "flash-attn", "transformer-engine", "transformers")
+
+
+def behind_note(f: Finding) -> str:
+    """'' or one sentence: the errors at an earlier stage of the run that stop it before this
+    finding can show (doctor.model.STAGES), so the user fixes those first."""
+    if not f.behind:
+        return ""
+    when = STAGE_BY_NAME[f.stage].when if f.stage in STAGE_BY_NAME else "later"
+    if len(f.behind) == 1:
+        return f"Comes after {f.behind[0]}: the run stops there first; this shows {when} once that is fixed (check again then)."
+    return f"Comes after {', '.join(f.behind)}: the run stops at those first; this shows {when} once they are fixed (check again then)."
 
 
 @dataclass(frozen=True)

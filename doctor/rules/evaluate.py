@@ -6,7 +6,8 @@
 2. A backend is available when its library is installed and no `disables` rule fires;
    an undecidable disabling rule makes availability unknown, never "available".
 3. Each framework picks the first available backend in its preference order for this GPU.
-4. Finding rules then see facts, workload and backend availability.
+4. Finding rules then see facts, workload and backend availability; a finding with a `stage`
+   is listed behind the errors of earlier stages that stop the run before it (docs/rules.md).
 (Fixes are verified by re-evaluating with them applied: doctor.fix.recheck.)
 """
 
@@ -16,7 +17,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from doctor.model import BackendStatus, Facts, Finding, FindingStatus, Fix, Severity, Workload
+from doctor.model import STAGE_RANK, BackendStatus, Facts, Finding, FindingStatus, Fix, Severity, Workload
 from doctor.rules.callpath import CallPath, infer
 from doctor.rules.conditions import FALSE, Context, Outcome, describe, evaluate
 from doctor.rules.loader import WHOLE_PLACEHOLDER, Backend, Catalogue, Framework, Rule, finding_refs
@@ -317,6 +318,23 @@ def finding_order(rules: Sequence[Rule]) -> List[Rule]:
     return out
 
 
+def _order_by_stage(findings: List[Finding]) -> List[Finding]:
+    """Each fired finding with a stage is `behind` every fired error at an earlier stage: that
+    error stops the run first, and this one is reached once it is fixed. Findings without a
+    stage are not ordered (they must read or list alongside the errors they fire with)."""
+    first = [(STAGE_RANK[f.stage], f.rule_id) for f in findings if f.status == "fired" and f.severity == Severity.ERROR and f.stage]
+    if not first:
+        return findings
+    out: List[Finding] = []
+    for f in findings:
+        if f.status == "fired" and f.stage:
+            before = tuple(rid for rank, rid in sorted(first) if rank < STAGE_RANK[f.stage])
+            if before:
+                f = replace(f, behind=before)
+        out.append(f)
+    return out
+
+
 def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
     statuses, selections, has_backend, outcomes = _backends(cat, facts, workload)
     path = infer(facts, workload, selections)
@@ -356,9 +374,11 @@ def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
                 missing=tuple(dict.fromkeys(out.missing)),
                 area=rule.area,
                 kernels=rule.kernels,
+                stage=rule.stage,
             )
         )
-    findings.sort(key=lambda f: (f.status != "fired", f.severity.rank, f.rule_id))
+    findings = _order_by_stage(findings)
+    findings.sort(key=lambda f: (f.status != "fired", f.severity.rank, STAGE_RANK.get(f.stage or "", len(STAGE_RANK)), f.rule_id))
     return Diagnosis(
         backends=tuple(statuses.values()),
         findings=tuple(findings),

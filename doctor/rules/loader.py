@@ -22,7 +22,7 @@ from doctor.model import Fix, Pin, Severity
 from doctor.versions import canonical_name, parse_pin
 from doctor.yamlio import read_yaml
 
-CACHE_FORMAT = 9
+CACHE_FORMAT = 10
 
 
 # --------------------------------------------------------------------------- values
@@ -109,6 +109,7 @@ class Rule:
     confidence: Optional[str] = None  # "inferred": the range is not derived from released artifacts
     confidence_note: Optional[str] = None
     alongside: Tuple[Tuple[str, str], ...] = ()  # (rule id, why both fire on the same inputs)
+    stage: Optional[str] = None  # findings: where in the run the failure shows (doctor.model.STAGES)
 
     @property
     def kind(self) -> str:
@@ -256,6 +257,8 @@ def _check_semantics(path: Path, doc: Mapping[str, Any]) -> None:
         check_evidence(rule, i)
         if rule.get("silent_wrong_results") and rule.get("severity") != "error":
             raise _fail(path, doc, ["rules", i, "severity"], "a rule about silent wrong results must be an error")
+        if rule.get("silent_wrong_results") and rule.get("stage") not in (None, "numbers"):
+            raise _fail(path, doc, ["rules", i, "stage"], "a rule about silent wrong results shows at stage `numbers`")
         texts = [rule.get("title", ""), rule.get("message", "")]
         texts += [str(f.get(k, "")) for f in rule.get("fixes", ()) or () for k in ("description", "cost")]
         texts += [str(c) for f in rule.get("fixes", ()) or () for c in f.get("config", ()) or ()]
@@ -390,6 +393,8 @@ def _build(path: Path, doc: Mapping[str, Any]) -> Tuple[List[Framework], List[Ru
                 ),
                 kernels=tuple(r.get("kernels", ())),
                 silent_wrong_results=bool(r.get("silent_wrong_results", False)),
+                # a silent wrong result never stops the run: its stage is `numbers`
+                stage=r.get("stage") or ("numbers" if r.get("silent_wrong_results") else None),
                 evidence=tuple(_plain(e) for e in r.get("evidence", ()) or ()),
                 confidence=r.get("confidence"),
                 confidence_note=r.get("confidence_note"),

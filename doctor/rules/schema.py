@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+from doctor.model import STAGES
+
 _scalar: Dict[str, Any] = {"type": ["string", "number", "boolean", "null"]}
 _compare_props: Dict[str, Any] = {
     "eq": _scalar,
@@ -186,6 +188,8 @@ RULE: Dict[str, Any] = {
         "sources": {"type": "array", "items": {"type": "string", "pattern": r"^https?://"}, "minItems": 1},
         "kernels": _str_list,
         "silent_wrong_results": {"type": "boolean"},
+        # where in the run the failure shows (doctor.model.STAGES); findings only
+        "stage": {"enum": [st.name for st in STAGES]},
         "evidence": {"type": "array", "items": EVIDENCE, "minItems": 1},
         "confidence": {"enum": ["inferred"]},
         "confidence_note": {"type": "string", "minLength": 1},
@@ -212,7 +216,7 @@ RULE: Dict[str, Any] = {
         },
     },
     "oneOf": [{"required": ["severity"]}, {"required": ["disables"]}],
-    "dependentRequired": {"confidence": ["confidence_note"], "confidence_note": ["confidence"], "absent": ["disables"]},
+    "dependentRequired": {"confidence": ["confidence_note"], "confidence_note": ["confidence"], "absent": ["disables"], "stage": ["severity"]},
     "additionalProperties": False,
 }
 

@@ -14,6 +14,7 @@ import pytest
 from doctor.errors import RuleError
 from doctor.rules.cases import case_inputs, iter_rule_cases
 from doctor.rules.evaluate import diagnose
+from doctor.model import stage_ordered
 from doctor.rules.loader import Catalogue, finding_refs, load_catalogue
 
 TWO = """
@@ -116,6 +117,8 @@ def _cofiring() -> List[Tuple[str, int, str]]:
         d = diagnose(cat, facts, wl)
         for other in errors:
             if other.id == rule.id or (rule.id, other.id) in declared or (other.id, rule.id) in declared:
+                continue
+            if stage_ordered(rule.stage, other.stage):  # the report lists the later one behind the earlier
                 continue
             if d.result(other.id).status == "fired":
                 out.append((rule.id, i, other.id))

@@ -81,3 +81,21 @@ def test_an_error_the_rule_reads_first_is_no_lead(tmp_path: Path) -> None:
     leads = _leads(tmp_path, ", {finding: OLD-GPU, fired: false}")
     assert not any(x["kind"] == "cofires" for x in leads)
     assert not any(x["neighbour"] == "gpu 7.0" for x in leads)  # the rule is silent there now
+
+
+def test_an_error_at_an_earlier_stage_is_no_lead(tmp_path: Path) -> None:
+    # the report lists SOFTCAP-DROPPED behind OLD-GPU: the run stops at the first kernel before
+    # the softcap can matter, and the user is told so
+    p = tmp_path / "r.yaml"
+    text = (RULES % "").replace("    title: softcap dropped\n", "    stage: numbers\n    title: softcap dropped\n")
+    p.write_text(text.replace("    title: no kernels for this GPU\n", "    stage: device\n    title: no kernels for this GPU\n"))
+    leads = _tool().scan(["SOFTCAP-DROPPED"], load_catalogue([p], builtin=False, use_cache=False))
+    assert not any(x["kind"] == "cofires" and x["other"] == "OLD-GPU" for x in leads)
+    assert any(x["kind"] == "fix" for x in leads)  # the fix that moves the failure is still a lead
+
+
+def test_an_amd_gpu_has_no_nvidia_neighbours() -> None:
+    case = {"gpu": "9.4", "torch": {"version": "2.4.1+rocm6.1", "cuda": None, "hip": "6.1"}, "platform": {"os": "linux", "arch": "x86_64"}}
+    got = [what for what, _ in _tool().neighbours(case)]
+    assert got and not any(w.startswith("gpu ") for w in got)
+    assert any(w.startswith("gpu ") for w, _ in _tool().neighbours({**case, "torch": {"version": "2.4.1", "cuda": "12.1"}}))
