@@ -45,7 +45,7 @@ FILLED = re.compile(r"\{[^{}]*\}|\.\.\.|…|\([^()]*\)|(?<!\w)'[^']*'(?!\w)|`[^`
 RAISED_AS = re.compile(r"^\s*(?:[\w.]+(?:Error|Exception|Warning)|AssertionError)\s*:\s*")
 # texts Python (or torch's C++) writes itself, found in no package's source
 BUILTIN = (
-    "got an unexpected keyword argument", "object has no attribute", "positional argument", "No module named",
+    "got an unexpected keyword argument", "has no attribute", "positional argument", "No module named",
     "cannot import name", "values to unpack", "unsupported operand", "is not subscriptable", "is not callable",
     "Boolean value of Tensor", "undefined symbol", "path should be string", "object is not iterable", "required keyword-only argument",
 )
@@ -85,6 +85,12 @@ def source_text(files: Any) -> str:
             text = re.sub(r"\"\s+[rbfuRBFU]{0,2}\"", "", text)
             chunks.append(" ".join(text.split()))
     return "\n".join(chunks)
+
+
+def readable(text: Optional[str]) -> Optional[str]:
+    """An artifact with no source file at all (TransformerEngine 1.9.0's meta wheel, which only
+    depends on the real packages) says nothing about a quote: unread, not "not found"."""
+    return text if text and text.strip() else None
 
 
 def version_specs(cond: Any) -> Iterable[Tuple[str, str]]:
@@ -134,7 +140,7 @@ class Reader:
         if key not in self.texts:
             arts = [a for a in self.run.artifacts(package) if a.version == version]
             paths = self.run.fetch_all(package, arts)
-            self.texts[key] = source_text(ev.Files(paths[version])) if version in paths else None
+            self.texts[key] = readable(source_text(ev.Files(paths[version]))) if version in paths else None
         return self.texts[key]
 
 

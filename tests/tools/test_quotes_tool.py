@@ -104,3 +104,23 @@ def test_quote_parts_leave_out_what_a_message_fills_in() -> None:
     assert tool.quotes('mask type contains "padding" before it picks a backend, so it stops with "KV caching requires padding mask!"') == [
         "KV caching requires padding mask!"
     ]
+
+
+def test_a_release_with_no_source_file_is_unread_not_a_lead(tmp_path: Path) -> None:
+    # TransformerEngine 1.9.0 on PyPI is a meta wheel: dependencies, no code. A quote cannot be
+    # "missing" from it, so the rule's other release decides and no lead is written.
+    tool = _tool()
+    p = tmp_path / "r.yaml"
+    p.write_text(RULE)
+    rule = load_catalogue([p], builtin=False, use_cache=False).rule("HEADS-NOT-DIVISIBLE")
+    reader = FakeReader(tool)
+    reader.sources["2.0"] = tool.readable(tool.source_text(FakeFiles({"METADATA": "Requires-Dist: ulysses-core", "README.md": "x"})))
+    assert reader.sources["2.0"] is None
+    assert tool.check_rule(rule, reader, {}) == []
+    # while a release whose code lacks the text still gives the lead
+    assert tool.readable(tool.source_text(FakeFiles({"ulysses/layer.py": "raise ValueError('other')"}))) is not None
+
+
+def test_python_attribute_errors_are_not_looked_up() -> None:
+    tool = _tool()
+    assert tool.parts("AttributeError: module 'flash_attn_2_cuda' has no attribute 'varlen_fwd'") == []
