@@ -482,6 +482,12 @@ class Workload:
         return self.unused_sliding_window is not None and self.seq_len_kv > self.unused_sliding_window
 
     @property
+    def unused_window_plus_one_shorter_than_seq(self) -> bool:
+        """The same for a mask that keeps unused_sliding_window + 1 keys per query (transformers
+        4.39-4.41's AttentionMaskConverter): seq_len_kv is above window + 1. False without one."""
+        return self.unused_sliding_window is not None and self.seq_len_kv > self.unused_sliding_window + 1
+
+    @property
     def window_longer_than_seq(self) -> bool:
         """A window that leaves no key out with room to spare: seq_len_kv is at most window_size[0]
         (fewer keys than the window_size[0] + 1 it spans), transformers' kv_length < sliding_window
@@ -694,6 +700,7 @@ WORKLOAD_DERIVED = (
     "sliding_window",
     "window_shorter_than_seq",
     "unused_window_shorter_than_seq",
+    "unused_window_plus_one_shorter_than_seq",
     "window_longer_than_seq",
     "seq_len_kv_rank",
     "window_longer_than_rank_seq",

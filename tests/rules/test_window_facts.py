@@ -45,6 +45,11 @@ def test_a_switched_off_window_is_kept_apart(tmp_path) -> None:
     assert not build({"unused_sliding_window": 4096, "seq_len": 4096}).unused_window_shorter_than_seq
     assert not build({"seq_len": 8192}).unused_window_shorter_than_seq
     assert "unused_window_shorter_than_seq" in WORKLOAD_DERIVED
+    # 4.39-4.41's mask keeps window + 1 keys: only a longer sequence loses one
+    assert not build({"unused_sliding_window": 4096, "seq_len": 4097}).unused_window_plus_one_shorter_than_seq
+    assert build({"unused_sliding_window": 4096, "seq_len": 4098}).unused_window_plus_one_shorter_than_seq
+    assert not build({"seq_len": 8192}).unused_window_plus_one_shorter_than_seq
+    assert "unused_window_plus_one_shorter_than_seq" in WORKLOAD_DERIVED
 
 
 def test_a_window_longer_than_the_keys() -> None:
