@@ -158,11 +158,14 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         cp_impl = guess
         inferred.append("cp_impl")
     needs_mask = workload.mask == "arbitrary" or (workload.padding and workload.packing == "padded")
-    packed_mask = hf_padding_free_mask(workload, framework, library, packages)
+    # before the transformers backend is chosen, a stated HF framework with no attn_implementation
+    # stated runs transformers' default SDPA path (_default_sdpa): its mask and GQA form hold there
+    sdpa_library = library or _default_sdpa(workload)
+    packed_mask = hf_padding_free_mask(workload, framework, sdpa_library, packages)
     return CallPath(
         needs_mask=needs_mask,
         packed_mask=packed_mask,
-        gqa_form=_gqa_form(workload, framework, library or _default_sdpa(workload), needs_mask or packed_mask, packages, facts.env),
+        gqa_form=_gqa_form(workload, framework, sdpa_library, needs_mask or packed_mask, packages, facts.env),
         model_supports=model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None,
         model_has_fa2=model_supports(packages.get("transformers"), workload.model_type, "flash_attention_2"),
         model_has_sdpa=model_supports(packages.get("transformers"), workload.model_type, "sdpa"),

@@ -76,6 +76,13 @@ def test_default_sdpa_gqa_form_before_the_backend_is_chosen(framework: Optional[
     assert _path(packages, wl).gqa_form == want
 
 
+def test_default_sdpa_packed_mask_before_the_backend_is_chosen() -> None:
+    """The packed-sequence mask of transformers' default SDPA path is read in the backend pass too."""
+    wl = {**PF, "attn_implementation": None, "framework": "trl"}
+    assert _path({**HF, "trl": "0.23.1"}, wl).packed_mask is True
+    assert _path({**HF, "trl": "0.23.1"}, {**wl, "framework": "unsloth"}).packed_mask is False
+
+
 def test_transformers_cp_is_never_te_even_with_te_installed() -> None:
     packages = {**HF, "transformer-engine": "2.8.0", "transformer-engine-torch": "2.8.0"}
     path = _path(packages, {"context_parallel": {"size": 2}})
