@@ -46,6 +46,12 @@ FRAMEWORK_DISTS: Tuple[Tuple[str, str], ...] = (
 )
 # Frameworks whose attention is a transformers model's (they pass attn_implementation on).
 HF_BASED = ("transformers", "trl", "peft", "accelerate", "deepspeed", "axolotl", "llamafactory", "xtuner", "verl", "ms-swift", "unsloth", "diffusers")
+# Stated frameworks that, with no attn_implementation stated, load the model with transformers'
+# own default (sdpa for a model with an SDPA class) and run its sdpa_attention_forward: the
+# backend rules, decided before the transformers backend is chosen, read the GQA form of that
+# call (verl and XTuner set flash_attention_2 themselves, unsloth and diffusers call SDPA from
+# their own code)
+HF_DEFAULT_SDPA = ("transformers", "trl", "peft", "accelerate", "deepspeed", "axolotl", "llamafactory", "ms-swift")
 # Whose sequence parallelism each framework uses when it shards the sequence.
 CP_BY_FRAMEWORK = {
     "megatron": "te",
@@ -152,11 +158,14 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         cp_impl = guess
         inferred.append("cp_impl")
     needs_mask = workload.mask == "arbitrary" or (workload.padding and workload.packing == "padded")
-    packed_mask = hf_padding_free_mask(workload, framework, library, packages)
+    # before the transformers backend is chosen, a stated HF framework with no attn_implementation
+    # stated runs transformers' default SDPA path (_default_sdpa): its mask and GQA form hold there
+    sdpa_library = library or _default_sdpa(workload)
+    packed_mask = hf_padding_free_mask(workload, framework, sdpa_library, packages)
     return CallPath(
         needs_mask=needs_mask,
         packed_mask=packed_mask,
-        gqa_form=_gqa_form(workload, framework, library, needs_mask or packed_mask, packages, facts.env),
+        gqa_form=_gqa_form(workload, framework, sdpa_library, needs_mask or packed_mask, packages, facts.env),
         model_supports=model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None,
         model_has_fa2=model_supports(packages.get("transformers"), workload.model_type, "flash_attention_2"),
         model_has_sdpa=model_supports(packages.get("transformers"), workload.model_type, "sdpa"),
@@ -170,6 +179,15 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         flash_attn_direct=flash_attn_direct(workload),
         inferred=tuple(inferred),
     )
+
+
+def _default_sdpa(workload: Workload) -> Optional[str]:
+    """torch-sdpa where the library is not decided yet (the backend rules run before the
+    transformers backend is chosen) but a stated HF framework with no attn_implementation stated
+    will run transformers' default SDPA path; None otherwise."""
+    if workload.attn_implementation is None and workload.framework in HF_DEFAULT_SDPA:
+        return "torch-sdpa"
+    return None
 
 
 def _gqa_form(workload: Workload, framework: Optional[str], library: Optional[str], needs_mask: bool, packages: Mapping[str, str], env: Optional[Mapping[str, str]] = None) -> Optional[str]:

@@ -51,6 +51,38 @@ def test_transformers_sdpa_gqa_form(tf: str, workload: Dict[str, Any], env: Opti
     assert path.gqa_form == want
 
 
+@pytest.mark.parametrize(
+    "framework,tf,workload,want",
+    [
+        # no attn_implementation stated: the backend rules (decided before transformers' backend
+        # is chosen) still see the GQA form of transformers' default SDPA call (sample-22 row 7)
+        ("transformers", "4.53.0", {}, "repeat_kv"),
+        ("trl", "4.57.1", {"mask": "padding_causal"}, "repeat_kv"),
+        ("transformers", "4.57.1", {}, "enable_gqa"),
+        # verl and XTuner set flash_attention_2 themselves, unsloth calls SDPA from its own code:
+        # no guess; nor with no framework stated (code may call SDPA itself)
+        ("verl", "4.53.0", {}, None),
+        ("unsloth", "4.53.0", {}, None),
+        (None, "4.53.0", {}, None),
+    ],
+)
+def test_default_sdpa_gqa_form_before_the_backend_is_chosen(framework: Optional[str], tf: str, workload: Dict[str, Any], want: Optional[str]) -> None:
+    wl = {**GQA, "attn_implementation": None, **workload}
+    if framework is not None:
+        wl["framework"] = framework
+    packages = {**HF, "transformers": tf}
+    if framework in ("verl", "unsloth", "trl"):
+        packages[framework] = {"verl": "0.5.0", "unsloth": "2025.6.1", "trl": "0.19.0"}[framework]
+    assert _path(packages, wl).gqa_form == want
+
+
+def test_default_sdpa_packed_mask_before_the_backend_is_chosen() -> None:
+    """The packed-sequence mask of transformers' default SDPA path is read in the backend pass too."""
+    wl = {**PF, "attn_implementation": None, "framework": "trl"}
+    assert _path({**HF, "trl": "0.23.1"}, wl).packed_mask is True
+    assert _path({**HF, "trl": "0.23.1"}, {**wl, "framework": "unsloth"}).packed_mask is False
+
+
 def test_transformers_cp_is_never_te_even_with_te_installed() -> None:
     packages = {**HF, "transformer-engine": "2.8.0", "transformer-engine-torch": "2.8.0"}
     path = _path(packages, {"context_parallel": {"size": 2}})
