@@ -87,6 +87,17 @@ def test_no_prose_is_cut_short_by_a_yaml_comment() -> None:
     assert not bad, bad
 
 
+def test_torch_cudnn_incompatibility_is_quoted_as_torch_writes_it() -> None:
+    """torch writes "PyTorch was compiled  against" with two spaces (torch/backends/cudnn/__init__.py,
+    2.0.1-2.15.0 wheels): a message quotes it up to "compiled", or with both spaces (sample 22 row 23)."""
+    bad = []
+    for rule in CAT.rules:
+        text = " ".join(str(rule.message or "").split("\n"))
+        if re.search(r"PyTorch was compiled against", text):
+            bad.append(rule.id)
+    assert not bad, bad
+
+
 def test_the_schema_knows_exactly_the_operators_the_evaluator_has() -> None:
     """A leaf operator the schema accepts but conditions cannot evaluate (or the reverse) would
     be a rule that loads and then fails at run time."""
