@@ -215,10 +215,11 @@ def test_lint_of_a_copy_of_the_shipped_catalogue_is_not_a_duplicate_of_the_insta
 
     copy = tmp_path / "rules"
     shutil.copytree(rules_dir(), copy)
-    failures, cases = lint_rules([copy])
-    assert failures == [] and cases > 500
+    failures, all_cases = lint_rules([copy])
+    assert failures == [] and all_cases > 500
+    # one file lints only that file's cases (a fraction of the catalogue's), not the whole catalogue
     failures, cases = lint_rules([copy / "findings" / "flash_attn.yaml"])
-    assert failures == [] and 0 < cases < 100
+    assert failures == [] and 0 < cases < all_cases / 10
 
 
 def test_lint_refuses_a_pin_to_a_version_that_was_never_released(tmp_path: Path) -> None:
