@@ -10,7 +10,7 @@
 | verl | YAML with `actor_rollout_ref:` (PPO/GRPO trainer) or verl's SFT keys (`ulysses_sequence_parallel_size`, `model.partial_pretrain`) | attention (verl's FSDP workers load flash_attention_2 unless told otherwise), strategy (FSDP / Megatron workers, also from Hydra defaults; torchtitan/VeOmni noted), Ulysses size (actor or its fsdp_config), remove-padding, seq |
 | nemo | YAML with a `model:` section holding Megatron keys | heads, head dim, seq, dtype, attention dropout (when set), CP (TE) |
 | deepspeed | JSON with zero_optimization / train_*batch* keys | dtype, Ulysses sequence parallel size |
-| torchtitan | TOML with [parallelism] / [training] / [model] | CP (torch ring), seq, dtype, model family |
+| torchtitan | TOML with [parallelism] / [training] / [model] / [compile] | CP (torch ring), seq, dtype, model family, model compile ([compile] enable with "model" in components, or 0.1.0's [training] compile; off when neither is given) |
 | megatron | a file of command-line arguments (--context-parallel-size ...) | heads, head dim, seq, dtype, attention dropout (Megatron default 0.1), CP (TE), NVTE switches |
 | te-log | TransformerEngine's NVTE_DEBUG=1 log (`Running with config={...}`) | versions, GPU, cuDNN and the call's shape |
 | requirements | pip freeze / requirements.txt / uv.lock / poetry.lock | the installed packages (a partial snapshot) |
@@ -458,6 +458,19 @@ def _torchtitan(t: _Taker, doc: Mapping[str, Any]) -> None:
     mp = training.get("mixed_precision_param")
     if mp in ("bfloat16", "float16", "float32"):
         t.put("training.mixed_precision_param", "dtype", mp)
+    # torchtitan's per-TransformerBlock torch.compile: [training] compile in 0.1.0
+    # (config_manager.py:235, llama3/infra/parallelize.py:79-80); [compile] enable with "model"
+    # in components (default ["model", "loss"]) from 0.2.0 (config/job_config.py Compile,
+    # parallelize.py model_compile_enabled). Both default to off.
+    comp = _section(doc, "compile")
+    if comp.get("enable") is not None:
+        parts = comp.get("components", ["model", "loss"])
+        on = t.bool_("compile.enable", comp["enable"]) and isinstance(parts, (list, tuple)) and "model" in parts
+        t.put("compile.enable", "model_compile", on)
+    elif training.get("compile") is not None:
+        t.put("training.compile", "model_compile", t.bool_("training.compile", training["compile"]))
+    else:
+        t.put("torchtitan (compile off by default)", "model_compile", False)
     model = _section(doc, "model")
     name = model.get("name")
     if isinstance(name, str) and name in _TITAN_MODEL:

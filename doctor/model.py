@@ -397,6 +397,11 @@ class Workload:
     # gradient checkpointing is on (TrainingArguments/axolotl gradient_checkpointing); a
     # transformers model in training then runs its forward with use_cache=False; None: not stated
     gradient_checkpointing: Optional[bool] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
+    # the framework runs torch.compile over the model (torchtitan's per-TransformerBlock compile:
+    # [training] compile in 0.1.0, [compile] enable with "model" in components from 0.2.0); an
+    # outer compile inlines a compiled flex_attention and drops its own mode (pytorch#156308);
+    # None: not stated
+    model_compile: Optional[bool] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
     source: str = "default profile"
     defaulted: Tuple[str, ...] = ()
 
@@ -737,7 +742,7 @@ WORKLOAD_DERIVED = (
 )
 # workload fields whose None means "not known" rather than a value a rule can compare with:
 # a rule that reads one is then not evaluated (the others' None means "not stated", a value)
-WORKLOAD_UNKNOWN_WHEN_NONE = ("vision_tower", "qkv_weight_interleaved", "use_cache", "gradient_checkpointing")
+WORKLOAD_UNKNOWN_WHEN_NONE = ("vision_tower", "qkv_weight_interleaved", "use_cache", "gradient_checkpointing", "model_compile")
 
 # --------------------------------------------------------------------------- rule results
 

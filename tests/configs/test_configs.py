@@ -28,7 +28,8 @@ DATA = Path(__file__).with_name("data")
         ("ds-ulysses.json", "deepspeed", {"framework": "deepspeed", "dtype": "bf16", "context_parallel": {"size": 4, "impl": "ulysses"},
                                           "distributed": "deepspeed", "grad_accum_steps": 8}),
         ("torchtitan-llama3.toml", "torchtitan", {"framework": "torchtitan", "seq_len": 32768, "dtype": "bfloat16", "model_type": "llama",
-                                                  "context_parallel": {"size": 4, "impl": "torch_ring", "comm_type": "all_gather"}}),
+                                                  "context_parallel": {"size": 4, "impl": "torch_ring", "comm_type": "all_gather"},
+                                                  "model_compile": False}),
         ("megatron-args.txt", "megatron", {"framework": "megatron", "num_heads": 32, "num_kv_heads": 8, "head_dim": 128, "seq_len": 8192, "dtype": "bf16",
                                            "tensor_parallel": 2, "context_parallel": {"size": 2, "impl": "te", "comm_type": "all_gather"}}),
         ("nemo-gpt.yaml", "nemo", {"framework": "nemo", "num_heads": 16, "num_kv_heads": 16, "head_dim": 128, "seq_len": 4096, "dtype": "bf16",
@@ -43,6 +44,23 @@ def test_each_kind_is_recognised_and_read(name: str, kind: str, expected: Dict[s
     for key, value in expected.items():
         assert got.workload.get(key) == value, (key, got.workload.get(key))
     assert got.took and all(" -> " in t or "package" in t for t in got.took)
+
+
+def test_torchtitan_model_compile_is_read(tmp_path: Path) -> None:
+    # 0.1.0: [training] compile; 0.2.0+: [compile] enable with "model" in components (default
+    # ["model", "loss"]); both off by default
+    cfg = tmp_path / "titan.toml"
+    for text, want in (
+        ("[training]\nseq_len = 8192\ncompile = true\n", True),
+        ("[training]\nseq_len = 8192\ncompile = false\n", False),
+        ("[training]\nseq_len = 8192\n[compile]\nenable = true\n", True),
+        ("[training]\nseq_len = 8192\n[compile]\nenable = true\ncomponents = [\"loss\"]\n", False),
+        ("[training]\nseq_len = 8192\n[compile]\nenable = false\n", False),
+        ("[training]\nseq_len = 8192\n", False),
+    ):
+        cfg.write_text("[model]\nname = \"llama3\"\n" + text)
+        got = read_config(cfg)
+        assert got.kind == "torchtitan" and got.workload["model_compile"] is want, text
 
 
 def test_axolotl_attn_implementation_key_is_read(tmp_path: Path) -> None:
