@@ -884,7 +884,7 @@ class BackendStatus:
     not_covered: Optional[str] = None
 
 
-CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "model_has_sdpa", "needs_mask", "packed_mask", "gqa_form", "te_attention", "flash_attn_direct")
+CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "model_has_sdpa", "needs_mask", "packed_mask", "default_sdpa", "gqa_form", "te_attention", "flash_attn_direct")
 
 
 @dataclass(frozen=True)
@@ -909,6 +909,9 @@ class CallPath:
     # transformers' SDPA path turns a padding-free packed batch into a per-sample mask tensor
     # (from 4.53.1; doctor.rules.callpath.hf_padding_free_mask says exactly when)
     packed_mask: bool = False
+    # no library decided yet (the backend pass) but a stated HF framework with no attn_implementation
+    # will call transformers' default SDPA (doctor.rules.callpath._default_sdpa says exactly when)
+    default_sdpa: bool = False
     # how grouped-query attention reaches the kernel: none | native (the kernel takes fewer kv
     # heads) | enable_gqa (torch SDPA's flag) | repeat_kv (kv heads copied up first); None: unknown
     gqa_form: Optional[str] = None

@@ -47,7 +47,7 @@ FRAMEWORK_DISTS: Tuple[Tuple[str, str], ...] = (
 # Frameworks whose attention is a transformers model's (they pass attn_implementation on).
 HF_BASED = ("transformers", "trl", "peft", "accelerate", "deepspeed", "axolotl", "llamafactory", "xtuner", "verl", "ms-swift", "unsloth", "diffusers")
 # Stated frameworks that, with no attn_implementation stated, load the model with transformers'
-# own default (sdpa for a model with an SDPA class) and run its sdpa_attention_forward: the
+# own default (sdpa for a model with an SDPA class; _default_sdpa lists where not) and run its sdpa_attention_forward: the
 # backend rules, decided before the transformers backend is chosen, read the GQA form of that
 # call (verl and XTuner set flash_attention_2 themselves, unsloth and diffusers call SDPA from
 # their own code)
@@ -159,8 +159,11 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         inferred.append("cp_impl")
     needs_mask = workload.mask == "arbitrary" or (workload.padding and workload.packing == "padded")
     # before the transformers backend is chosen, a stated HF framework with no attn_implementation
-    # stated runs transformers' default SDPA path (_default_sdpa): its mask and GQA form hold there
-    sdpa_library = library or _default_sdpa(workload)
+    # stated runs transformers' default SDPA path where _default_sdpa says so (else eager or fa2,
+    # or nothing): its mask and GQA form hold there
+    default_library = _default_sdpa(workload, packages) if library is None else None
+    default_sdpa = default_library == "torch-sdpa"
+    sdpa_library = library or default_library
     packed_mask = hf_padding_free_mask(workload, framework, sdpa_library, packages)
     return CallPath(
         needs_mask=needs_mask,
@@ -169,6 +172,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         model_supports=model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None,
         model_has_fa2=model_supports(packages.get("transformers"), workload.model_type, "flash_attention_2"),
         model_has_sdpa=model_supports(packages.get("transformers"), workload.model_type, "sdpa"),
+        default_sdpa=default_sdpa,
         framework=framework,
         attention=attention,
         library=library,
@@ -181,13 +185,36 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
     )
 
 
-def _default_sdpa(workload: Workload) -> Optional[str]:
-    """torch-sdpa where the library is not decided yet (the backend rules run before the
-    transformers backend is chosen) but a stated HF framework with no attn_implementation stated
-    will run transformers' default SDPA path; None otherwise."""
-    if workload.attn_implementation is None and workload.framework in HF_DEFAULT_SDPA:
-        return "torch-sdpa"
-    return None
+def _default_sdpa(workload: Workload, packages: Mapping[str, str]) -> Optional[str]:
+    """The library a stated HF framework with no attn_implementation stated runs, where the
+    library is not decided yet (the backend rules run before the transformers backend is
+    chosen): torch-sdpa for transformers' default SDPA path; eager for transformers before 4.36,
+    a model whose classes declare no sdpa in this release (path.model_has_sdpa false: gpt_oss,
+    gptj, ...; it falls back to eager) and Gemma-2 on 4.45-4.47 (its _check_and_enable_sdpa
+    swaps the default sdpa for eager, 4.45.0-4.47.1 modeling_gemma2.py; gone in 4.48.0);
+    flash-attn or eager for LLaMA-Factory Gemma-2 (its `auto` becomes fa2 with flash-attn
+    installed, else eager: model_utils/attention.py configure_attn_implementation, 0.8.3-0.9.2
+    when training, 0.9.3+ always; as the TORCH-CUDNN-SDPA-* rules of rules/findings/torch.yaml);
+    None for ms-swift 3.7+ with padding_free/packing (its arguments refuse them without a flash
+    attn_impl before the model is built; an unknown version is read the same): nothing runs. None for other frameworks and where an attn_implementation is stated."""
+    from doctor.versions import version_matches
+
+    if workload.attn_implementation is not None or workload.framework not in HF_DEFAULT_SDPA:
+        return None
+    tf, model = packages.get("transformers"), workload.model_type
+    swift = packages.get("ms-swift")
+    if workload.framework == "ms-swift" and workload.packing in ("padding_free", "varlen") and (swift is None or version_matches(swift, ">=3.7")):
+        return None
+    lf = packages.get("llamafactory") or packages.get("llmtuner")
+    if workload.framework == "llamafactory" and model == "gemma2" and (lf is None or version_matches(lf, ">=0.8.3")) and (workload.training or lf is None or version_matches(lf, ">=0.9.3")):
+        return "flash-attn" if packages.get("flash-attn") else "eager"
+    if tf is not None and not version_matches(tf, ">=4.36"):
+        return "eager"
+    if model_supports(tf, model, "sdpa") is False:
+        return "eager"
+    if model == "gemma2" and tf is not None and version_matches(tf, ">=4.45,<4.48"):
+        return "eager"
+    return "torch-sdpa"
 
 
 def _gqa_form(workload: Workload, framework: Optional[str], library: Optional[str], needs_mask: bool, packages: Mapping[str, str], env: Optional[Mapping[str, str]] = None) -> Optional[str]:
@@ -203,6 +230,8 @@ def _gqa_form(workload: Workload, framework: Optional[str], library: Optional[st
         return "none"
     if library in ("transformer-engine", "flash-attn", "flash-attn-3", "flash-attn-4"):
         return "native"
+    if library == "eager" and framework in HF_BASED:
+        return "repeat_kv"  # transformers' eager_attention_forward copies kv heads up (repeat_kv)
     if library == "torch-sdpa" and framework in HF_BASED:
         tf, torch = packages.get("transformers"), packages.get("torch")
         if tf is None or torch is None:

@@ -83,6 +83,37 @@ def test_default_sdpa_packed_mask_before_the_backend_is_chosen() -> None:
     assert _path({**HF, "trl": "0.23.1"}, {**wl, "framework": "unsloth"}).packed_mask is False
 
 
+@pytest.mark.parametrize(
+    "packages,workload,want",
+    [
+        ({"trl": "0.23.1"}, {"framework": "trl", "model_type": "llama"}, True),
+        # gpt_oss declares no sdpa (4.57.1 _supports_sdpa False): eager, no SDPA call
+        ({"trl": "0.23.1"}, {"framework": "trl", "model_type": "gpt_oss"}, False),
+        # Gemma-2 on 4.45-4.47 swaps the default sdpa for eager; 4.48 does not
+        ({"transformers": "4.46.3"}, {"framework": "transformers", "model_type": "gemma2"}, False),
+        ({"transformers": "4.48.0"}, {"framework": "transformers", "model_type": "gemma2"}, True),
+        # LLaMA-Factory training Gemma-2: fa2 or eager, never the default
+        ({"llamafactory": "0.9.3", "flash-attn": "2.8.3"}, {"framework": "llamafactory", "model_type": "gemma2"}, False),
+        # ms-swift 3.7+ refuses padding_free without a flash attn_impl before the model is built
+        ({"ms-swift": "3.9.0"}, {"framework": "ms-swift", "model_type": "qwen2"}, False),
+        ({"ms-swift": "3.9.0"}, {"framework": "ms-swift", "model_type": "qwen2", "packing": "padded"}, True),
+        ({"transformers": "4.35.2"}, {"framework": "transformers", "model_type": "llama"}, False),
+        ({"verl": "0.5.0"}, {"framework": "verl", "model_type": "llama"}, False),
+    ],
+)
+def test_default_sdpa_follows_what_runs(packages: Dict[str, str], workload: Dict[str, Any], want: bool) -> None:
+    """sample-22 check-Q4 item 1: the default is SDPA only where transformers' default call runs."""
+    wl = {**PF, "attn_implementation": None, **workload}
+    path = _path({**HF, **packages}, wl)
+    assert path.default_sdpa is want
+    if not want:
+        assert path.packed_mask is False
+        # eager (transformers' eager_attention_forward repeats kv heads), flash-attn (native), or
+        # nothing runs (ms-swift's refusal: unknown)
+        want_gqa = {"verl": None, "ms-swift": None, "llamafactory": "native"}.get(workload["framework"], "repeat_kv")
+        assert path.gqa_form == want_gqa
+
+
 def test_transformers_cp_is_never_te_even_with_te_installed() -> None:
     packages = {**HF, "transformer-engine": "2.8.0", "transformer-engine-torch": "2.8.0"}
     path = _path(packages, {"context_parallel": {"size": 2}})
