@@ -884,7 +884,7 @@ class BackendStatus:
     not_covered: Optional[str] = None
 
 
-CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "model_has_sdpa", "needs_mask", "packed_mask", "default_sdpa", "gqa_form", "te_attention", "flash_attn_direct")
+CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "model_has_sdpa", "needs_mask", "packed_mask", "default_sdpa", "default_attention", "gqa_form", "te_attention", "flash_attn_direct")
 
 
 @dataclass(frozen=True)
@@ -910,8 +910,12 @@ class CallPath:
     # (from 4.53.1; doctor.rules.callpath.hf_padding_free_mask says exactly when)
     packed_mask: bool = False
     # no library decided yet (the backend pass) but a stated HF framework with no attn_implementation
-    # will call transformers' default SDPA (doctor.rules.callpath._default_sdpa says exactly when)
+    # will call transformers' default SDPA (doctor.rules.callpath.default_attention says exactly when)
     default_sdpa: bool = False
+    # the attn_implementation a transformers-based framework (stated or inferred) loads the model
+    # with when none is stated: sdpa, eager or flash_attention_2; None where one is stated or the
+    # framework is not one (doctor.rules.callpath.default_attention)
+    default_attention: Optional[str] = None
     # how grouped-query attention reaches the kernel: none | native (the kernel takes fewer kv
     # heads) | enable_gqa (torch SDPA's flag) | repeat_kv (kv heads copied up first); None: unknown
     gqa_form: Optional[str] = None
@@ -925,6 +929,14 @@ class CallPath:
     # or a framework that chooses attention itself (transformers and the trainers on it default to
     # SDPA; torchtitan; Megatron-Core/NeMo go through TE). Stated facts only, like te_attention.
     flash_attn_direct: bool = True
+    # fields whose value is not known (a None here means "not known", not "none"), with why:
+    # the model-support flags of a family or release the support table lacks, and the framework
+    # when none is stated and the installed packages were not probed
+    unknown: Tuple[Tuple[str, str], ...] = ()
+
+    def why_unknown(self, name: str) -> Optional[str]:
+        """Why field `name` is not known, or None where its value (None included) is the fact."""
+        return next((why for field, why in self.unknown if field == name), None)
 
     def describe(self, packages: Optional[Mapping[str, str]] = None) -> str:
         """One line: `transformers 4.44.2 (qwen2) -> flash_attention_2 -> flash-attn 2.6.3 varlen; CP: none`."""

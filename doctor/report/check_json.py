@@ -22,7 +22,7 @@ def report_dict(report: Report) -> Dict[str, Any]:
         "notes": list(report.notes),
         "workload": {**workload, "defaulted": list(w.defaulted), "description": describe_workload(w)},
         "call_path": (
-            {**asdict(report.call_path), "inferred": list(report.call_path.inferred), "description": report.call_path.describe(report.facts.packages)}
+            {**asdict(report.call_path), "inferred": list(report.call_path.inferred), "unknown": dict(report.call_path.unknown), "description": report.call_path.describe(report.facts.packages)}
             if report.call_path
             else None
         ),

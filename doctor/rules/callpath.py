@@ -47,7 +47,7 @@ FRAMEWORK_DISTS: Tuple[Tuple[str, str], ...] = (
 # Frameworks whose attention is a transformers model's (they pass attn_implementation on).
 HF_BASED = ("transformers", "trl", "peft", "accelerate", "deepspeed", "axolotl", "llamafactory", "xtuner", "verl", "ms-swift", "unsloth", "diffusers")
 # Stated frameworks that, with no attn_implementation stated, load the model with transformers'
-# own default (sdpa for a model with an SDPA class; _default_sdpa lists where not) and run its sdpa_attention_forward: the
+# own default (sdpa for a model with an SDPA class; default_attention lists where not) and run its sdpa_attention_forward: the
 # backend rules, decided before the transformers backend is chosen, read the GQA form of that
 # call (verl and XTuner set flash_attention_2 themselves, unsloth and diffusers call SDPA from
 # their own code)
@@ -93,7 +93,7 @@ TE_MODEL_TYPE = re.compile(r"^nv_")
 # core_r0.1x) and nemo (nlp/modules/common/megatron/attention.py, use_flash_attention, through v2.4.0).
 FA_ELSEWHERE_FRAMEWORKS = ("transformers", "trl", "peft", "accelerate", "axolotl", "unsloth", "llamafactory", "diffusers",
                            "ms-swift", "torchtitan", "nemo", "megatron")
-__all__ = ["FIELDS", "CallPath", "flash_attn_direct", "infer", "te_attention"]
+__all__ = ["FIELDS", "CallPath", "default_attention", "flash_attn_direct", "infer", "te_attention"]
 
 
 def te_attention(workload: Workload) -> bool:
@@ -159,20 +159,31 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         inferred.append("cp_impl")
     needs_mask = workload.mask == "arbitrary" or (workload.padding and workload.packing == "padded")
     # before the transformers backend is chosen, a stated HF framework with no attn_implementation
-    # stated runs transformers' default SDPA path where _default_sdpa says so (else eager or fa2,
+    # stated runs transformers' default SDPA path where default_attention says so (else eager or fa2,
     # or nothing): its mask and GQA form hold there
-    default_library = _default_sdpa(workload, packages) if library is None else None
+    has_sdpa = model_supports(packages.get("transformers"), workload.model_type, "sdpa")
+    default_attn = default_attention(workload, packages, framework, has_sdpa)
+    # the backend pass (no library decided yet) reads the default call only for a stated framework
+    stated_default = default_attn if workload.framework is not None else None
+    default_library = LIBRARY_OF_IMPL.get(stated_default or "") if library is None else None
     default_sdpa = default_library == "torch-sdpa"
     sdpa_library = library or default_library
     packed_mask = hf_padding_free_mask(workload, framework, sdpa_library, packages)
+    supports = model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None
+    has_fa2 = model_supports(packages.get("transformers"), workload.model_type, "flash_attention_2")
+    unknown = [(name, "this model family or transformers release is not in the support table")
+               for name, got in (("model_supports", supports), ("model_has_fa2", has_fa2), ("model_has_sdpa", has_sdpa)) if got is None]
+    if framework is None and facts.packages is None:
+        unknown.append(("framework", "no framework stated and installed packages were not probed"))
     return CallPath(
         needs_mask=needs_mask,
         packed_mask=packed_mask,
         gqa_form=_gqa_form(workload, framework, sdpa_library, needs_mask or packed_mask, packages, facts.env),
-        model_supports=model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None,
-        model_has_fa2=model_supports(packages.get("transformers"), workload.model_type, "flash_attention_2"),
-        model_has_sdpa=model_supports(packages.get("transformers"), workload.model_type, "sdpa"),
+        model_supports=supports,
+        model_has_fa2=has_fa2,
+        model_has_sdpa=has_sdpa,
         default_sdpa=default_sdpa,
+        default_attention=default_attn,
         framework=framework,
         attention=attention,
         library=library,
@@ -182,39 +193,48 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         te_attention=te_attention(workload),
         flash_attn_direct=flash_attn_direct(workload),
         inferred=tuple(inferred),
+        unknown=tuple(unknown),
     )
 
 
-def _default_sdpa(workload: Workload, packages: Mapping[str, str]) -> Optional[str]:
-    """The library a stated HF framework with no attn_implementation stated runs, where the
-    library is not decided yet (the backend rules run before the transformers backend is
-    chosen): torch-sdpa for transformers' default SDPA path; eager for transformers before 4.36,
-    a model whose classes declare no sdpa in this release (path.model_has_sdpa false: gpt_oss,
-    gptj, ...; it falls back to eager) and Gemma-2 on 4.45-4.47 (its _check_and_enable_sdpa
-    swaps the default sdpa for eager, 4.45.0-4.47.1 modeling_gemma2.py; gone in 4.48.0);
-    flash-attn or eager for LLaMA-Factory Gemma-2 (its `auto` becomes fa2 with flash-attn
-    installed, else eager: model_utils/attention.py configure_attn_implementation, 0.8.3-0.9.2
-    when training, 0.9.3+ always; as the TORCH-CUDNN-SDPA-* rules of rules/findings/torch.yaml);
-    None for ms-swift 3.7+ with padding_free/packing (its arguments refuse them without a flash
-    attn_impl before the model is built; an unknown version is read the same): nothing runs. None for other frameworks and where an attn_implementation is stated."""
+def default_attention(workload: Workload, packages: Mapping[str, str], framework: Optional[str] = None, has_sdpa: Optional[bool] = None) -> Optional[str]:
+    """The attn_implementation a transformers model is loaded with when the workload states none,
+    for a transformers-based framework (`framework`: the stated or inferred one; None reads the
+    stated one; `has_sdpa`: path.model_has_sdpa, when the caller has it). The one place this knowledge lives: the transformers backend table orders by it
+    (`path.default_attention`) and the backend rules read `path.default_sdpa` from it.
+
+    - sdpa: transformers' own default (4.36+, a model whose classes declare sdpa);
+    - eager: transformers before 4.36; a model whose classes declare no sdpa in this release
+      (path.model_has_sdpa false: gpt_oss, gptj, ...; transformers silently keeps eager, 4.46.3
+      modeling_utils.py _check_and_enable_sdpa `not cls._supports_sdpa`, 4.57.1
+      _check_and_adjust_attn_implementation); Gemma-2 on 4.45-4.47 (its _check_and_enable_sdpa
+      swaps the default sdpa for eager, 4.45.0-4.47.1 modeling_gemma2.py; gone in 4.48.0);
+    - flash_attention_2 or eager: LLaMA-Factory's Gemma-2 (its `auto` becomes fa2 with flash-attn
+      installed, else eager: model_utils/attention.py configure_attn_implementation, 0.8.3-0.9.2
+      when training, 0.9.3+ always);
+    - None: an attn_implementation is stated, the framework is not transformers-based or picks
+      attention itself (verl, XTuner, unsloth, diffusers), or nothing runs (ms-swift 3.7+ with
+      padding_free/packing refuses them without a flash attn_impl before the model is built; an
+      unknown ms-swift is read the same)."""
     from doctor.versions import version_matches
 
-    if workload.attn_implementation is not None or workload.framework not in HF_DEFAULT_SDPA:
+    framework = workload.framework if framework is None else framework
+    if workload.attn_implementation is not None or framework not in HF_DEFAULT_SDPA:
         return None
     tf, model = packages.get("transformers"), workload.model_type
     swift = packages.get("ms-swift")
-    if workload.framework == "ms-swift" and workload.packing in ("padding_free", "varlen") and (swift is None or version_matches(swift, ">=3.7")):
+    if framework == "ms-swift" and workload.packing in ("padding_free", "varlen") and (swift is None or version_matches(swift, ">=3.7")):
         return None
     lf = packages.get("llamafactory") or packages.get("llmtuner")
-    if workload.framework == "llamafactory" and model == "gemma2" and (lf is None or version_matches(lf, ">=0.8.3")) and (workload.training or lf is None or version_matches(lf, ">=0.9.3")):
-        return "flash-attn" if packages.get("flash-attn") else "eager"
+    if framework == "llamafactory" and model == "gemma2" and (lf is None or version_matches(lf, ">=0.8.3")) and (workload.training or lf is None or version_matches(lf, ">=0.9.3")):
+        return "flash_attention_2" if packages.get("flash-attn") else "eager"
     if tf is not None and not version_matches(tf, ">=4.36"):
         return "eager"
-    if model_supports(tf, model, "sdpa") is False:
+    if (has_sdpa if has_sdpa is not None else model_supports(tf, model, "sdpa")) is False:
         return "eager"
     if model == "gemma2" and tf is not None and version_matches(tf, ">=4.45,<4.48"):
         return "eager"
-    return "torch-sdpa"
+    return "sdpa"
 
 
 def _gqa_form(workload: Workload, framework: Optional[str], library: Optional[str], needs_mask: bool, packages: Mapping[str, str], env: Optional[Mapping[str, str]] = None) -> Optional[str]:

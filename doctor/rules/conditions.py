@@ -500,14 +500,8 @@ class Context:
                     from doctor.rules.callpath import infer
 
                     self.path = infer(self.facts, self.workload)
-                got = getattr(self.path, path[5:])
-                if got is None and path in ("path.model_supports", "path.model_has_fa2", "path.model_has_sdpa"):
-                    v = Value(False, reason=f"{path}: this model family or transformers release is not in the support table")
-                elif got is None and path == "path.framework" and self.facts.packages is None:
-                    # no framework stated, and no installed package to infer one from
-                    v = Value(False, reason="path.framework: no framework stated and installed packages were not probed")
-                else:
-                    v = Value(True, got)
+                why = self.path.why_unknown(path[5:])
+                v = Value(False, reason=f"{path}: {why}") if why else Value(True, getattr(self.path, path[5:]))
             else:
                 v = resolve(path, self.facts, self.workload)
             self._cache[path] = v

@@ -170,3 +170,43 @@ def test_a_packed_mask_is_what_sdpa_flash_attn_mask_reads() -> None:
         d = diagnose(cat, facts, wl)
         assert d.path.packed_mask is fires
         assert (d.result("SDPA-FLASH-ATTN-MASK").status == "fired") is fires
+
+
+@pytest.mark.parametrize(
+    "framework,packages,model,want",
+    [
+        # a family whose classes declare no sdpa keeps eager (path.model_has_sdpa false)
+        ("transformers", {"transformers": "4.57.1"}, "gptj", "transformers.eager"),
+        # Gemma-2 on 4.45-4.47 swaps the default sdpa for eager; 4.48 does not
+        (None, {"transformers": "4.46.3"}, "gemma2", "transformers.eager"),
+        ("trl", {"transformers": "4.48.0"}, "gemma2", "transformers.sdpa"),
+        ("transformers", {"transformers": "4.57.1"}, "llama", "transformers.sdpa"),
+        ("transformers", {"transformers": "4.35.2"}, "llama", "transformers.eager"),
+    ],
+)
+def test_transformers_default_attention_is_what_loads(framework: Optional[str], packages: Dict[str, str], model: str, want: str) -> None:
+    """The transformers backend table orders by path.default_attention, so the selected backend
+    (and path.library, which the finding rules read) is what transformers really loads."""
+    from doctor.rules.evaluate import diagnose
+    from doctor.rules.loader import load_catalogue
+
+    workload: Dict[str, Any] = {"model_type": model, "training": True}
+    if framework:
+        workload["framework"] = framework
+    facts, wl = case_inputs({"packages": {"torch": "2.8.0", **packages}, "workload": workload})
+    d = diagnose(load_catalogue(), facts, wl)
+    assert dict(d.selections)["transformers"] == want
+    assert d.path.library == ("eager" if want.endswith("eager") else "torch-sdpa")
+
+
+def test_framework_not_probed_is_unknown_not_none() -> None:
+    """With no framework stated and no packages probed, the call path says the framework is not
+    known (a rule reading it is not evaluated) rather than that there is none."""
+    from dataclasses import replace
+
+    facts, wl = case_inputs({"workload": {}})
+    path = infer(replace(facts, packages=None), wl)
+    assert path.framework is None
+    assert path.why_unknown("framework")
+    stated = infer(*case_inputs({"packages": {"torch": "2.8.0"}, "workload": {}}))
+    assert stated.why_unknown("framework") is None
