@@ -24,6 +24,7 @@ from packaging.utils import canonicalize_name
 
 from doctor.errors import InputError
 from doctor.releases.wheels import RELEASES_URL, WheelChoice, _ci_tag
+from doctor.fix.companions import TORCH_COMPANIONS
 from doctor.releases.catalogue import ReleaseCatalogue, torch_bundle
 from doctor.resources import rules_dir
 from doctor.versions import parse_version
@@ -187,9 +188,12 @@ def install_commands(
     torch_v = pins.get("torch")
     torch_moved = bool(torch_v and parse_version(torch_v) and parse_version(torch_before or "0") and
                        parse_version(torch_v).base_version != parse_version(torch_before or "0").base_version)  # type: ignore[union-attr]
+    # torchvision/torchaudio pinned for the new torch go in torch's own command (and from its
+    # index): installed after it on their own, pip would first resolve them against the old torch
+    together = [n for n in TORCH_COMPANIONS if n in pins and torch_moved]
     if torch_v and torch_moved:
         rec = _recipe("torch")
-        cmd = f'pip install "torch=={torch_v}"'
+        cmd = "pip install " + " ".join(f'"{n}=={pins[n]}"' for n in ("torch", *together))
         label = (torch_before or "").partition("+")[2]
         b = torch_bundle(torch_v)
         extra = ""
@@ -198,9 +202,10 @@ def install_commands(
             cmd += f" --index-url {rec.index.format(cu=cu)}"
             extra = f"; from PyTorch's {cu} index, as your torch {torch_before} was"
         size = _size(rel, "torch", torch_v)
-        out.append(Command("torch", f"Install torch {torch_v}", cmd, f"{_mb(size)} download plus the nvidia-* wheels it pins{extra}", "pip", rec.order))
+        what = f"Install torch {torch_v}" + "".join(f" with {n} {pins[n]}" for n in together)
+        out.append(Command("torch", what, cmd, f"{_mb(size)} download plus the nvidia-* wheels it pins{extra}", "pip", rec.order))
     for name, version in sorted(pins.items()):
-        if name in ("torch", "flash-attn"):
+        if name in ("torch", "flash-attn") or name in together:
             continue
         have = installed.get(name)
         if have is not None and (parse_version(have) or have) == (parse_version(version) or version):

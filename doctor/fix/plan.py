@@ -29,6 +29,7 @@ from types import MappingProxyType
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from doctor.memo import Memo
+from doctor.fix.companions import torch_companions
 from doctor.fix.install import extras_for, install_commands
 from doctor.fix.recheck import apply_fix, compare
 from doctor.fix.resolve import Resolution, resolve
@@ -553,7 +554,22 @@ class _Planner:
             config.extend(c for c in ch.config if c not in config)
         merged = _Merged(pins=pins, env=env, workload=wl, config=config, companions=[], notes=[])
         self._torch_companions(merged)
+        self._vision_companions(merged)
         return merged
+
+    def _vision_companions(self, merged: _Merged) -> None:
+        """A torch move carries the installed torchvision/torchaudio to the releases built for
+        the new torch (doctor.fix.companions): their wheels pin torch exactly."""
+        new = merged.pins.get("torch")
+        if not new or _v(new).base_version == _v(self.torch0 or "0").base_version:
+            return
+        pins, advice = torch_companions(self.rel, {k: v for k, v in self.installed.items() if k not in merged.pins}, new)
+        for pin in pins:
+            merged.pins[pin.name] = pin.version
+            merged.companions.append(
+                Change("", Fix(f"Move {pin.name} {self.installed[pin.name]} to {pin.version}, the release built for torch {new}", pins=(pin,)), origin="companion")
+            )
+        merged.notes.extend(a for a in advice if a not in merged.notes)
 
     def _torch_companions(self, merged: _Merged) -> None:
         """A torch move needs flash-attn rebuilt for it: reinstall the same release from a

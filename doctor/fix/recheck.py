@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, List, Optional, Set, Tuple
 
 from doctor.assume import apply_env, apply_pins, apply_workload
+from doctor.fix.companions import with_torch_companions
 from doctor.model import Facts, Finding, Fix, Severity, Workload
 from doctor.rules.conditions import Context
 from doctor.rules.evaluate import Diagnosis, diagnose, render_workload
@@ -125,6 +126,7 @@ def verified_fixes(cat: Catalogue, facts: Facts, workload: Workload, diagnosis: 
             if not fix.checkable:
                 advice.append(fix)
                 continue
+            fix = with_torch_companions(fix, facts.packages or {})
             result = recheck(cat, facts, workload, fix, (finding.rule_id,), before=diagnosis)
             if result.verified:
                 kept.append(replace(fix, verified=True, brings_up=result.new_warnings))

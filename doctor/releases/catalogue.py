@@ -45,6 +45,9 @@ CATALOGUE_PACKAGES = (
     "unsloth",
     "ring-flash-attn",
     "verl",
+    # torch's companions (their wheels pin torch exactly): a fix that moves torch moves them
+    "torchvision",
+    "torchaudio",
 )
 
 

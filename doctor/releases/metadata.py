@@ -42,6 +42,10 @@ METADATA_FLOOR = {
     "axolotl": "0.5.0",
     "nvidia-cudnn-cu12": "9.0",
     "nvidia-cudnn-cu13": "9.12",
+    # torch's companions: each release pins the torch it was built with exactly (torch==X), so a
+    # fix that moves torch moves them too (doctor.fix.companions)
+    "torchvision": "0.15",
+    "torchaudio": "2.0",
 }
 
 Http = Callable[[str, Optional[Tuple[int, int]]], bytes]  # url, byte range (start, end incl.) -> body

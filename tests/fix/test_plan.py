@@ -235,3 +235,42 @@ def test_a_pin_pypi_has_no_wheel_for_on_this_platform_is_not_planned(tmp_path: P
     assert pins(plan), "a torch that has an Intel-mac wheel still clears it"
     facts, workload = case_inputs({**case, "platform": {"os": "Darwin 23.6.0", "arch": "arm64"}})
     assert not [n for n in plan_fixes(rel, cat, facts, workload).notes if "wheel for" in n]
+
+
+def test_torchvision_and_torchaudio_follow_a_torch_move(tmp_path: Path, rel) -> None:  # type: ignore[no-untyped-def]
+    """torchvision/torchaudio wheels pin torch exactly (their Requires-Dist, read into the release
+    catalogue): a plan that moves torch moves them to the releases built for the new torch, in
+    torch's own pip command, and pip's check over the real metadata then finds no conflict."""
+    cat = _catalogue(tmp_path, HEAD + CUDNN_RULE)
+    case: Dict[str, Any] = {
+        "packages": {"torch": "2.4.1", "torchvision": "0.19.1", "torchaudio": "2.4.1"},
+        "torch": {"version": "2.4.1", "cuda": "12.1"},
+        "cudnn": {"version": "9.1.0"},
+        "python": {"version": "3.10.14"},
+    }
+    facts, workload = case_inputs(case)
+    plan = plan_fixes(rel, cat, facts, workload)
+    assert pins(plan) == ("torch==2.7.1", "torchaudio==2.7.1", "torchvision==0.22.1")
+    assert plan.steps[0].command == 'pip install "torch==2.7.1" "torchvision==0.22.1" "torchaudio==2.7.1"'
+    assert not any("torchvision" in s.command for s in plan.steps[1:] if s.command.startswith("pip"))
+    assert plan.steps[-1].command.endswith("--assume torchvision==0.22.1")  # the re-check sees them too
+    assert not plan.conflicts
+
+
+def test_torch_companions_pick_the_release_built_for_that_torch(rel) -> None:  # type: ignore[no-untyped-def]
+    from doctor.fix.companions import torch_companions, with_torch_companions
+    from doctor.model import Fix, Pin
+
+    # an installed companion that already accepts the new torch stays; one that does not moves
+    assert torch_companions(rel, {"torchvision": "0.24.1"}, "2.9.1") == ([], [])
+    assert torch_companions(rel, {"torchvision": "0.24.0+cu128"}, "2.9.1+cu128")[0] == [Pin("torchvision", "0.24.1")]
+    assert torch_companions(rel, {"torchvision": "0.25.0", "torchaudio": "2.10.0"}, "2.7.1")[0] == [Pin("torchvision", "0.22.1"), Pin("torchaudio", "2.7.1")]
+    # no torchvision release is built for a torch PyPI has no torchvision for: advice, no pin
+    got, advice = torch_companions(rel, {"torchvision": "0.25.0"}, "1.13.1")
+    assert got == [] and advice and "no torchvision release for torch 1.13.1" in advice[0]
+    # a fix without a torch pin, or with no companion installed, is unchanged
+    fix = Fix("move torch", pins=(Pin("torch", "2.7.1"),))
+    assert with_torch_companions(fix, {"torch": "2.10.0"}, rel) == fix
+    assert with_torch_companions(Fix("x", pins=(Pin("flash-attn", "2.8.3"),)), {"torchvision": "0.25.0"}, rel).pins == (Pin("flash-attn", "2.8.3"),)
+    moved = with_torch_companions(fix, {"torch": "2.10.0", "torchvision": "0.25.0"}, rel)
+    assert moved.pins == (Pin("torch", "2.7.1"), Pin("torchvision", "0.22.1")) and "torchvision 0.22.1" in moved.description
