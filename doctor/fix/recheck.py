@@ -3,14 +3,17 @@
 A fix is applied to the facts and the workload (doctor.assume: a torch pin also moves the CUDA
 and cuDNN it bundles) and every rule is evaluated again. The fix is **verified** for a finding
 when the finding's rule then evaluates to false (not merely undecidable), no error fires that
-did not fire before, and each pin installs here (a release PyPI has for this Python and platform). Warnings it brings up do not unverify it, but they are part of the result,
-and both commands show them ("brings up TE-REQ-CUDNN-9-3").
+did not fire before, and each pin installs here: a release PyPI has for this Python and
+platform, which breaks no installed package's real Requires-Dist (what pip would report after
+installing it: transformer-engine-torch 1.10's flash-attn<=2.4.2 under a flash-attn 2.7 pin).
+Warnings it brings up do not unverify it, but they are part of the result, and both commands
+show them ("brings up TE-REQ-CUDNN-9-3").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Callable, List, Optional, Set, Tuple
 
 from doctor.assume import apply_env, apply_pins, apply_workload
 from doctor.fix.companions import with_torch_companions
@@ -18,6 +21,10 @@ from doctor.model import Facts, Finding, Fix, Severity, Workload
 from doctor.rules.conditions import Context
 from doctor.rules.evaluate import Diagnosis, diagnose, render_workload
 from doctor.rules.loader import Catalogue
+from doctor.versions import parse_version
+
+if TYPE_CHECKING:
+    from doctor.releases.catalogue import ReleaseCatalogue
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,6 @@ def uninstallable(facts: Facts, fix: Fix) -> Tuple[str, ...]:
     if not fix.pins:
         return ()
     from doctor.releases.catalogue import load_release_catalogue
-    from doctor.versions import parse_version
 
     rel = load_release_catalogue()
     pv = parse_version(facts.python.version) if facts.python.version else None
@@ -80,7 +86,42 @@ def uninstallable(facts: Facts, fix: Fix) -> Tuple[str, ...]:
             out.append(f"{pin.name}=={pin.version} does not install on Python {python}")
         elif not rel.platform_ok(pin.name, pin.version, platform):
             out.append(f"PyPI has no {pin.name}=={pin.version} wheel for {platform}")
+    if not out:
+        out.extend(_breaks_installed(rel, facts, fix, python))
     return tuple(out)
+
+
+def _breaks_installed(rel: "ReleaseCatalogue", facts: Facts, fix: Fix, python: Optional[str]) -> List[str]:
+    """What pip would report after installing the pins over this environment: a requirement of
+    an installed package (its real Requires-Dist) that the pins break, e.g. transformer-engine-torch
+    1.10's flash-attn<=2.4.2 under a flash-attn 2.7.4.post1 pin (doctor.fix.resolve, offline). A
+    cuDNN pin over torch's exact one is the planner's one allowed conflict and is not counted."""
+    from doctor.fix.resolve import resolve
+    from doctor.releases.catalogue import torch_bundle
+
+    installed = dict(facts.packages or {})
+    if not installed:
+        return []
+    torch_pin = next((p.version for p in fix.pins if p.name == "torch"), None)
+    bundle = torch_bundle(torch_pin) if torch_pin else None
+    cuda = (bundle.cuda if bundle else None) or facts.torch.cuda
+    parsed = parse_version(cuda) if cuda else None
+    res = resolve(rel, installed, [(p.name, p.version, p.extras) for p in fix.pins], python, parsed.major if parsed else None)
+    pinned = {p.name for p in fix.pins}
+
+    def an_installed_package_breaks(line: str) -> bool:
+        # pip's check after installing ("X requires Y, but Z would be installed"), or a resolution
+        # an installed, unpinned package's requirement makes impossible; not a pin the release
+        # catalogue cannot resolve on its own (a torch it holds no bundle for): that is no
+        # statement about this environment
+        if "nvidia-cudnn-cu" in line:
+            return False
+        if ", but " in line:
+            return True
+        who = line.split(" requires ", 1)[0].rsplit(" ", 1)[0]
+        return who in installed and who not in pinned
+
+    return [f"pip would report: {c}" for c in res.conflicts if an_installed_package_breaks(c)]
 
 
 def fired(diagnosis: Diagnosis, severity: Severity) -> Set[str]:

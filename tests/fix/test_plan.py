@@ -274,3 +274,20 @@ def test_torch_companions_pick_the_release_built_for_that_torch(rel) -> None:  #
     assert with_torch_companions(Fix("x", pins=(Pin("flash-attn", "2.8.3"),)), {"torchvision": "0.25.0"}, rel).pins == (Pin("flash-attn", "2.8.3"),)
     moved = with_torch_companions(fix, {"torch": "2.10.0", "torchvision": "0.25.0"}, rel)
     assert moved.pins == (Pin("torch", "2.7.1"), Pin("torchvision", "0.22.1")) and "torchvision 0.22.1" in moved.description
+
+
+def test_check_drops_a_rule_pin_that_breaks_an_installed_package(cat) -> None:  # type: ignore[no-untyped-def]
+    """A rule's flash-attn pin above transformer-engine-torch 1.10's flash-attn<=2.4.2 is what pip
+    would report as broken after installing it: the re-check does not call it verified (sample-23
+    row 29), while a pin inside the cap is."""
+    from doctor.fix.recheck import uninstallable
+    from doctor.model import Fix, Pin
+
+    facts, _ = case_inputs({
+        "packages": {"transformers": "4.44.2", "flash-attn": "2.2.5", "torch": "2.1.2", "transformer-engine": "1.10.0", "transformer-engine-torch": "1.10.0"},
+        "torch": {"version": "2.1.2", "cuda": "12.1"},
+        "python": {"version": "3.10.12"},
+    })
+    broken = uninstallable(facts, Fix("x", pins=(Pin("flash-attn", "2.7.4.post1"),)))
+    assert broken and "transformer-engine-torch 1.10.0 requires flash-attn" in broken[0]
+    assert uninstallable(facts, Fix("x", pins=(Pin("flash-attn", "2.3.1.post1"),))) == ()
