@@ -21,6 +21,17 @@ import evidence as ev  # noqa: E402
 Reader = Callable[[str, Any], Dict[str, Any]]  # (version, the artifact's files) -> facts
 
 
+def write_leads(leads: List[Dict[str, Any]], lines: List[str], summary: str, out: Any = None) -> int:
+    """The end of a lead-finding tool (tools/quotes.py, tools/neighbours.py): one line per lead,
+    a count, and the leads as JSON where `--json` names a file."""
+    for text in lines:
+        print(text)
+    print(summary)
+    if out:
+        Path(out).write_text(json.dumps(leads, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
 def add_cache_option(ap: argparse.ArgumentParser) -> None:
     """--cache, defaulting to $ATTN_DOCTOR_EVIDENCE_CACHE or ~/.cache/attn-doctor-evidence (the
     cache tools/evidence.py fills)."""

@@ -23,12 +23,14 @@ It is a developer tool, not a test: a report is a lead for a reader with the sou
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _artifacts  # noqa: E402
 
 from doctor.fix.recheck import recheck  # noqa: E402
 from doctor.model import stage_ordered  # noqa: E402
@@ -118,14 +120,12 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="write the leads here")
     args = ap.parse_args()
     leads = scan(args.rules)
-    for x in leads:
-        tail = f"alongside {x['other']}?" if x["kind"] == "cofires" else f"fix {x['fix']}: {x['problem']}"
-        print(f"{x['rule']} fires[{x['case']}] on {x['neighbour']}: {tail}")
-    rules = {x["rule"] for x in leads}
-    print(f"{len(leads)} leads in {len(rules)} rules")
-    if args.json:
-        args.json.write_text(json.dumps(leads, indent=1) + "\n", encoding="utf-8")
-    return 0
+    lines = [
+        f"{x['rule']} fires[{x['case']}] on {x['neighbour']}: "
+        + (f"alongside {x['other']}?" if x["kind"] == "cofires" else f"fix {x['fix']}: {x['problem']}")
+        for x in leads
+    ]
+    return _artifacts.write_leads(leads, lines, f"{len(leads)} leads in {len({x['rule'] for x in leads})} rules", args.json)
 
 
 if __name__ == "__main__":

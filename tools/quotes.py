@@ -25,7 +25,6 @@ not name, or from a release outside the ones read here.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -233,15 +232,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     _artifacts.add_cache_option(ap)
     args = ap.parse_args(argv)
     leads, failures = scan(args.rules, args.cache)
-    for x in leads:
-        print(line(x))
     for f in failures:
         print(f"download failed: {f}", file=sys.stderr)
     varies = sum(1 for x in leads if x["kind"] == "varies")
-    print(f"{len(leads)} leads in {len({x['rule'] for x in leads})} rules ({varies} quotes missing from a release in range)")
-    if args.json:
-        args.json.write_text(json.dumps(leads, indent=1) + "\n", encoding="utf-8")
-    return 0
+    summary = f"{len(leads)} leads in {len({x['rule'] for x in leads})} rules ({varies} quotes missing from a release in range)"
+    return _artifacts.write_leads(leads, [line(x) for x in leads], summary, args.json)
 
 
 if __name__ == "__main__":

@@ -9,16 +9,16 @@ the catalogue-side judge reads.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import io
 import json
-import sys
 import tarfile
 import zipfile
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+
+from tests.tools.conftest import load_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools" / "evidence.py"
@@ -27,12 +27,7 @@ pytestmark = pytest.mark.skipif(not TOOL.is_file(), reason="tools/ is not part o
 
 
 def _tool() -> Any:
-    spec = importlib.util.spec_from_file_location("attn_doctor_evidence_tool_t", TOOL)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("evidence")
 
 
 SOURCES = {

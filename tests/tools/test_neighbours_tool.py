@@ -4,12 +4,12 @@ unannounced, and say nothing where the rule reads that error first."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.tools.conftest import load_tool
 
 from doctor.rules.loader import load_catalogue
 
@@ -54,12 +54,7 @@ rules:
 
 
 def _tool() -> Any:
-    spec = importlib.util.spec_from_file_location("attn_doctor_neighbours_tool_t", TOOL)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("neighbours")
 
 
 def _leads(tmp_path: Path, extra: str) -> Any:

@@ -4,12 +4,12 @@ writes itself is not looked up at all. Offline: the releases are in-memory stand
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pytest
+
+from tests.tools.conftest import load_tool
 
 from doctor.rules.loader import load_catalogue
 
@@ -20,13 +20,7 @@ pytestmark = pytest.mark.skipif(not TOOL.is_file(), reason="tools/ is not part o
 
 
 def _tool() -> Any:
-    sys.path.insert(0, str(TOOL.parent))
-    spec = importlib.util.spec_from_file_location("attn_doctor_quotes_tool_t", TOOL)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("quotes")
 
 
 class FakeFiles:
