@@ -334,6 +334,10 @@ def with_planned_fixes(report: Report, inputs: Inputs, diagnosis: "Diagnosis", r
         if f.status not in ("fired", "confirmed") or f.rule_id not in plan.cleared or not mine:
             findings.append(f)
             continue
+        if any(p.name == "torch" for c in mine for p in c.fix.pins):
+            # the torch move's companions (flash-attn rebuilt, torchvision/torchaudio for that
+            # torch) belong to the change, as `fix` installs them
+            mine += [c for c in plan.changes if c.origin == "companion" and c not in mine]
         planned = _combine([c.fix for c in mine])
         result = recheck(inputs.catalogue, inputs.facts, inputs.workload, planned, (f.rule_id,), before=diagnosis)
         planned = replace(planned, verified=True if result.verified else None, brings_up=result.new_warnings, planned=True)

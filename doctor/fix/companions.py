@@ -39,6 +39,19 @@ def _torch_spec(requires_dist: Optional[Tuple[str, ...]]) -> Optional[str]:
     return ""
 
 
+def _built_for(name: str, version: str, requires_dist: Optional[Tuple[str, ...]]) -> Optional[str]:
+    """The torch a companion release is built for, as a specifier: its Requires-Dist on torch;
+    for a torchaudio release that names no torch (2.11 on), the torch of its own number (torchaudio
+    X.Y.Z is released with torch X.Y.Z); None where not known."""
+    spec = _torch_spec(requires_dist)
+    if spec:
+        return spec
+    if spec == "" and name == "torchaudio":
+        v = parse_version(version)
+        return f"=={v.base_version}" if v is not None else None
+    return None
+
+
 def _admits(spec: str, torch_version: str) -> bool:
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -65,13 +78,13 @@ def torch_companions(rel: ReleaseCatalogue, installed: Mapping[str, str], torch_
         if hv is None or pkg is None:
             continue
         current = pkg.get(hv.public) or pkg.get(hv.base_version)
-        spec = _torch_spec(current.requires_dist) if current is not None else None
+        spec = _built_for(name, current.version, current.requires_dist) if current is not None else None
         if not spec or _admits(spec, torch_version):
             continue
         fits = []
         for r in pkg.releases:
             rv = parse_version(r.version)
-            s = _torch_spec(r.requires_dist)
+            s = _built_for(name, r.version, r.requires_dist)
             if rv is None or rv.is_prerelease or not s or not _admits(s, torch_version):
                 continue
             fits.append((s.startswith("=="), rv, r.version))

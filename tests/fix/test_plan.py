@@ -265,6 +265,9 @@ def test_torch_companions_pick_the_release_built_for_that_torch(rel) -> None:  #
     assert torch_companions(rel, {"torchvision": "0.24.1"}, "2.9.1") == ([], [])
     assert torch_companions(rel, {"torchvision": "0.24.0+cu128"}, "2.9.1+cu128")[0] == [Pin("torchvision", "0.24.1")]
     assert torch_companions(rel, {"torchvision": "0.25.0", "torchaudio": "2.10.0"}, "2.7.1")[0] == [Pin("torchvision", "0.22.1"), Pin("torchaudio", "2.7.1")]
+    # torchaudio 2.11 on names no torch: its own number says which torch it is built for
+    assert torch_companions(rel, {"torchaudio": "2.10.0"}, "2.11.0")[0] == [Pin("torchaudio", "2.11.0")]
+    assert torch_companions(rel, {"torchaudio": "2.11.0"}, "2.7.1")[0] == [Pin("torchaudio", "2.7.1")]
     # no torchvision release is built for a torch PyPI has no torchvision for: advice, no pin
     got, advice = torch_companions(rel, {"torchvision": "0.25.0"}, "1.13.1")
     assert got == [] and advice and "no torchvision release for torch 1.13.1" in advice[0]
