@@ -1,8 +1,8 @@
 """torch's companion packages: a fix that moves torch moves them too.
 
-torchvision and torchaudio wheels pin the torch they were built with exactly (Requires-Dist
-`torch==2.7.0` for torchvision 0.22.0, read from each release's wheel metadata into
-rules/releases/torchvision.json and torchaudio.json). `pip install torch==X` on its own leaves an
+torchvision, torchaudio and xformers (up to 0.0.30) wheels pin the torch they were built with
+exactly (Requires-Dist `torch==2.7.0` for torchvision 0.22.0, read from each release's wheel
+metadata into rules/releases/torchvision.json, torchaudio.json and xformers.json). `pip install torch==X` on its own leaves an
 installed companion behind: pip reports "torchvision 0.22.0 requires torch==2.7.0, but you have
 torch 2.9.1 which is incompatible", and `import torchvision` then fails on undefined symbols of
 the old torch. So wherever the doctor offers or plans a torch move, each installed companion that
@@ -19,7 +19,7 @@ from doctor.model import Fix, Pin
 from doctor.releases.catalogue import ReleaseCatalogue
 from doctor.versions import parse_version
 
-TORCH_COMPANIONS = ("torchvision", "torchaudio")
+TORCH_COMPANIONS = ("torchvision", "torchaudio", "xformers")
 
 
 def _torch_spec(requires_dist: Optional[Tuple[str, ...]]) -> Optional[str]:

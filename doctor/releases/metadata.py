@@ -46,6 +46,7 @@ METADATA_FLOOR = {
     # fix that moves torch moves them too (doctor.fix.companions)
     "torchvision": "0.15",
     "torchaudio": "2.0",
+    "xformers": "0.0.20",
 }
 
 Http = Callable[[str, Optional[Tuple[int, int]]], bytes]  # url, byte range (start, end incl.) -> body

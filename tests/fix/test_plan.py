@@ -265,6 +265,9 @@ def test_torch_companions_pick_the_release_built_for_that_torch(rel) -> None:  #
     assert torch_companions(rel, {"torchvision": "0.24.1"}, "2.9.1") == ([], [])
     assert torch_companions(rel, {"torchvision": "0.24.0+cu128"}, "2.9.1+cu128")[0] == [Pin("torchvision", "0.24.1")]
     assert torch_companions(rel, {"torchvision": "0.25.0", "torchaudio": "2.10.0"}, "2.7.1")[0] == [Pin("torchvision", "0.22.1"), Pin("torchaudio", "2.7.1")]
+    # xformers up to 0.0.30 pins torch exactly too; 0.0.31 on asks only for a torch floor
+    assert torch_companions(rel, {"xformers": "0.0.28.post2"}, "2.5.1")[0] == [Pin("xformers", "0.0.29.post1")]
+    assert torch_companions(rel, {"xformers": "0.0.33.post2"}, "2.9.1")[0] == []
     # torchaudio 2.11 on names no torch: its own number says which torch it is built for
     assert torch_companions(rel, {"torchaudio": "2.10.0"}, "2.11.0")[0] == [Pin("torchaudio", "2.11.0")]
     assert torch_companions(rel, {"torchaudio": "2.11.0"}, "2.7.1")[0] == [Pin("torchaudio", "2.7.1")]
