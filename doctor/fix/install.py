@@ -189,8 +189,9 @@ def install_commands(
     torch_moved = bool(torch_v and parse_version(torch_v) and parse_version(torch_before or "0") and
                        parse_version(torch_v).base_version != parse_version(torch_before or "0").base_version)  # type: ignore[union-attr]
     # torchvision/torchaudio pinned for the new torch go in torch's own command (and from its
-    # index): installed after it on their own, pip would first resolve them against the old torch
-    together = [n for n in TORCH_COMPANIONS if n in pins and torch_moved]
+    # index, which has them): installed after it on their own, pip would first resolve them
+    # against the old torch. xformers, not on every PyTorch index, gets its own step after torch.
+    together = [n for n in TORCH_COMPANIONS if n in pins and torch_moved and n in ("torchvision", "torchaudio")]
     if torch_v and torch_moved:
         rec = _recipe("torch")
         cmd = "pip install " + " ".join(f'"{n}=={pins[n]}"' for n in ("torch", *together))
