@@ -71,7 +71,11 @@ def _assert_agree(report: Report, plan: FixPlan) -> None:
             continue
         lead = finding.fixes[0]
         assert lead.planned, f"{target.rule_id}: check does not lead with the plan's change"
-        changes = planned_for[target.rule_id]
+        changes = list(planned_for[target.rule_id])
+        if any(p.name == "torch" for c in changes for p in c.pins):
+            # a torch move carries its companions (flash-attn rebuilt, torchvision/torchaudio/
+            # xformers for that torch), in `fix`'s steps and in check's lead alike
+            changes += [c.fix for c in plan.changes if c.origin == "companion"]
         assert {p for c in changes for p in c.pins} == set(lead.pins), (target.rule_id, lead, changes)
         assert {k: v for c in changes for k, v in c.env.items()} == dict(lead.env), (target.rule_id, lead, changes)
     # The same re-check verdict in both: an alternative `fix` lists for a finding says it
