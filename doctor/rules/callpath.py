@@ -171,8 +171,8 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
     packed_mask = hf_padding_free_mask(workload, framework, sdpa_library, packages)
     supports = model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None
     has_fa2 = model_supports(packages.get("transformers"), workload.model_type, "flash_attention_2")
-    unknown = [(name, "this model family or transformers release is not in the support table")
-               for name, got in (("model_supports", supports), ("model_has_fa2", has_fa2), ("model_has_sdpa", has_sdpa)) if got is None]
+    why_model = "no model_type given" if not workload.model_type else "this model family or transformers release is not in the support table"
+    unknown = [(name, why_model) for name, got in (("model_supports", supports), ("model_has_fa2", has_fa2), ("model_has_sdpa", has_sdpa)) if got is None]
     if framework is None and facts.packages is None:
         unknown.append(("framework", "no framework stated and installed packages were not probed"))
     return CallPath(
