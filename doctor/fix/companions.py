@@ -6,8 +6,8 @@ metadata into rules/releases/torchvision.json, torchaudio.json and xformers.json
 installed companion behind: pip reports "torchvision 0.22.0 requires torch==2.7.0, but you have
 torch 2.9.1 which is incompatible", and `import torchvision` then fails on undefined symbols of
 the old torch. So wherever the doctor offers or plans a torch move, each installed companion that
-does not accept the new torch is pinned to the release built for it, installed in the same pip
-command (doctor.fix.install), and where PyPI has none the user is told so.
+does not accept the new torch is pinned to the release built for it (torchvision and torchaudio in
+torch's own pip command, doctor.fix.install), and where PyPI has none the user is told so.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ from doctor.releases.catalogue import ReleaseCatalogue
 from doctor.versions import parse_version
 
 TORCH_COMPANIONS = ("torchvision", "torchaudio", "xformers")
+# the ones PyTorch's CUDA indexes carry: installed in torch's own pip command (doctor.fix.install);
+# xformers, not on every index, gets its own step after torch
+IN_TORCH_COMMAND = ("torchvision", "torchaudio")
 
 
 def _torch_spec(requires_dist: Optional[Tuple[str, ...]]) -> Optional[str]:

@@ -24,7 +24,7 @@ from packaging.utils import canonicalize_name
 
 from doctor.errors import InputError
 from doctor.releases.wheels import RELEASES_URL, WheelChoice, _ci_tag
-from doctor.fix.companions import TORCH_COMPANIONS
+from doctor.fix.companions import IN_TORCH_COMMAND
 from doctor.releases.catalogue import ReleaseCatalogue, torch_bundle
 from doctor.resources import rules_dir
 from doctor.versions import parse_version
@@ -188,10 +188,9 @@ def install_commands(
     torch_v = pins.get("torch")
     torch_moved = bool(torch_v and parse_version(torch_v) and parse_version(torch_before or "0") and
                        parse_version(torch_v).base_version != parse_version(torch_before or "0").base_version)  # type: ignore[union-attr]
-    # torchvision/torchaudio pinned for the new torch go in torch's own command (and from its
-    # index, which has them): installed after it on their own, pip would first resolve them
-    # against the old torch. xformers, not on every PyTorch index, gets its own step after torch.
-    together = [n for n in TORCH_COMPANIONS if n in pins and torch_moved and n in ("torchvision", "torchaudio")]
+    # companions pinned for the new torch go in torch's own command (and from its index): installed
+    # after it on their own, pip would first resolve them against the old torch
+    together = [n for n in IN_TORCH_COMMAND if n in pins and torch_moved]
     if torch_v and torch_moved:
         rec = _recipe("torch")
         cmd = "pip install " + " ".join(f'"{n}=={pins[n]}"' for n in ("torch", *together))

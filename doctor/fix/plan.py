@@ -554,12 +554,12 @@ class _Planner:
             config.extend(c for c in ch.config if c not in config)
         merged = _Merged(pins=pins, env=env, workload=wl, config=config, companions=[], notes=[])
         self._torch_companions(merged)
-        self._vision_companions(merged)
+        self._exact_pin_companions(merged)
         return merged
 
-    def _vision_companions(self, merged: _Merged) -> None:
-        """A torch move carries the installed torchvision/torchaudio to the releases built for
-        the new torch (doctor.fix.companions): their wheels pin torch exactly."""
+    def _exact_pin_companions(self, merged: _Merged) -> None:
+        """A torch move carries the installed torchvision, torchaudio and xformers to the releases
+        built for the new torch (doctor.fix.companions): their wheels pin torch exactly."""
         new = merged.pins.get("torch")
         if not new or _v(new).base_version == _v(self.torch0 or "0").base_version:
             return
