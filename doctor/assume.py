@@ -97,9 +97,12 @@ def apply_pins(facts: Facts, pins: Iterable[Pin]) -> Facts:
                 continue
             cudnn = replace(cudnn, version=short, loaded=short, installed=short)
             torch = replace(torch, cudnn_version=short)
+    # a moved package's installed Requires-Dist is not the new release's
+    requires = {k: v for k, v in (facts.requires or {}).items() if (facts.packages or {}).get(k) == packages.get(k)}
     return replace(
         facts,
         packages=frozen_map(packages) if facts.packages is not None or packages else None,
+        requires=frozen_map(requires) if facts.requires is not None else None,
         torch=torch,
         cudnn=cudnn,
         cuda=cuda,

@@ -277,6 +277,9 @@ class Facts:
     unknown: Mapping[str, str] = field(default_factory=dict)  # fact path -> why it could not be probed
     source: str = "probe"  # "probe" or the snapshot file it came from
     contracts: Optional[Mapping[str, Any]] = None  # the static contract analysis (doctor.probe.contracts)
+    # each installed package's Requires-Dist on other installed ones (extras left out): what pip
+    # holds the environment to after a fix moves a package (doctor.fix.resolve)
+    requires: Optional[Mapping[str, Tuple[str, ...]]] = None
 
 
 

@@ -53,7 +53,7 @@ SECTION_FIELDS: Dict[str, Dict[str, str]] = {
 TOP_TEXT = ("host", "doctor_version", "created")
 TOP_MAPS = ("packages", "env", "unknown", "provenance")
 SECTIONS = (
-    "schema_version", "doctor_version", "created", "host", "python", "platform", "packages",
+    "schema_version", "doctor_version", "created", "host", "python", "platform", "packages", "requires",
     "torch", "cuda", "cudnn", "gpus", "imports", "env", "contracts", "unknown", "provenance",
 )
 _CC = re.compile(r"^\d+\.\d+$")
@@ -450,6 +450,12 @@ def validate_snapshot(doc: Any, path: Union[str, Path] = "<snapshot>", text: Opt
         out["imports"] = _check_imports(ck, out["imports"])
     if "contracts" in out:
         out["contracts"] = _check_contracts(ck, out["contracts"])
+    if "requires" in out:
+        reqs = ck.mapping(out["requires"], ["requires"])
+        out["requires"] = None if reqs is None else {
+            str(k): [ck.text(x, ["requires", k, i], optional=False) for i, x in enumerate(ck.seq(v, ["requires", k]) or [])]
+            for k, v in reqs.items()
+        }
     if isinstance(out.get("cudnn"), dict) and "search" in out["cudnn"]:
         out["cudnn"]["search"] = _check_cudnn_search(ck, out["cudnn"]["search"])
     _check_versions(ck, out)
@@ -586,6 +592,9 @@ def facts_from_snapshot(doc: Mapping[str, Any], source: str = "probe") -> Facts:
         unknown=MappingProxyType(unknown),
         source=source,
         contracts=frozen_map(doc["contracts"]) if isinstance(doc.get("contracts"), Mapping) else None,
+        requires=frozen_map({str(k): tuple(str(x) for x in v) for k, v in doc["requires"].items()})
+        if isinstance(doc.get("requires"), Mapping)
+        else None,
     )
 
 

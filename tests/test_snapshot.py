@@ -110,6 +110,7 @@ def test_unknown_extension_tries_json_then_yaml(tmp_path: Path) -> None:
         ('{\n "torch": {\n   "cxx11_abi": "yes"\n }\n}\n', 3, "torch.cxx11_abi: expected true/false"),
         ('{\n "imports": {\n   "flash_attn": {"status": "broken"}\n }\n}\n', 3, "import status must be one of"),
         ('{\n "packages": ["torch"]\n}\n', 2, "packages: expected a mapping"),
+        ('{\n "requires": {\n   "trl": "datasets>=3"\n }\n}\n', 3, "requires.trl: expected a list"),
     ],
 )
 def test_wrong_types_name_the_line(tmp_path: Path, content: str, line: int, needle: str) -> None:
@@ -131,6 +132,15 @@ def test_yaml_compute_capability_number_is_accepted(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text("gpus:\n  - name: A100\n    compute_capability: 8.0\n")
     assert load_snapshot(path)["gpus"][0]["compute_capability"] == "8.0"
+
+
+def test_installed_requirements_reach_the_facts(tmp_path: Path) -> None:
+    path = tmp_path / "snap.yaml"
+    path.write_text('packages: {trl: "0.9.6", datasets: "2.21.0"}\nrequires:\n  trl: ["datasets>=2.0"]\n')
+    facts = facts_from_snapshot(load_snapshot(path))
+    assert facts.requires == {"trl": ("datasets>=2.0",)}
+    path.write_text('packages: {trl: "0.9.6"}\n')
+    assert facts_from_snapshot(load_snapshot(path)).requires is None  # not read: the catalogue stands in
 
 
 def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ from doctor.fix.recheck import apply_fix, compare
 from doctor.fix.resolve import Resolution, resolve
 from doctor.releases.wheels import WheelChoice, choose_wheel, wheel_target
 from doctor.model import Facts, Finding, Fix, Pin, Severity, Workload
-from doctor.releases.catalogue import ReleaseCatalogue, torch_bundle
+from doctor.releases.catalogue import ReleaseCatalogue, cuda_major_after, torch_bundle
 from doctor.rules.conditions import Context
 from doctor.rules.evaluate import Diagnosis, diagnose, offered_fixes, render, render_workload, unsure_note
 from doctor.rules.loader import Catalogue, Rule
@@ -678,8 +678,8 @@ class _Planner:
         if key not in self.installable_memo:
             cuda_major = _cuda_major(self, ev.merged.pins.get("torch"))
             extras = {n: extras_for(self.rel, n, v, cuda_major) for n, v in ev.merged.pins.items()}
-            res = resolve(self.rel, self.installed, [(n, v, extras.get(n, ())) for n, v in ev.merged.pins.items()], self.python, cuda_major)
-            self.installable_memo[key] = all("nvidia-cudnn-cu" in c for c in res.conflicts)
+            res = resolve(self.rel, self.installed, [(n, v, extras.get(n, ())) for n, v in ev.merged.pins.items()], self.python, cuda_major, self.facts.requires)
+            self.installable_memo[key] = all(c.name.startswith("nvidia-cudnn-cu") for c in res.conflicts)
         return self.installable_memo[key]
 
     def evaluate(self, state: FrozenSet[int]) -> Optional[_Eval]:
@@ -777,14 +777,7 @@ def _conflicts(planner: _Planner, merged: _Merged) -> List[str]:
 
 
 def _cuda_major(planner: _Planner, torch_v: Optional[str]) -> Optional[int]:
-    cuda = None
-    if torch_v and _v(torch_v).base_version != _v(planner.torch0 or "0").base_version:
-        b = torch_bundle(torch_v)
-        cuda = b.cuda if b else None
-    else:
-        b0 = torch_bundle(planner.torch0) if planner.torch0 else None
-        cuda = planner.facts.torch.cuda or (b0.cuda if b0 else None)
-    return _v(cuda).major if cuda else None
+    return cuda_major_after(torch_v, planner.torch0, planner.facts.torch.cuda)
 
 
 def _steps(planner: _Planner, ev: _Eval, changes: Sequence[Change], wheels: Sequence[WheelChoice], conflicting: Sequence[str]) -> List[Step]:
@@ -993,10 +986,10 @@ def _plan(rel: ReleaseCatalogue, cat: Catalogue, facts: Facts, workload: Workloa
         )
     cuda_major = _cuda_major(planner, ev.merged.pins.get("torch"))
     extras = {n: extras_for(rel, n, v, cuda_major) for n, v in ev.merged.pins.items()}
-    resolution = resolve(rel, planner.installed, [(n, v, extras.get(n, ())) for n, v in ev.merged.pins.items()], planner.python, cuda_major)
+    resolution = resolve(rel, planner.installed, [(n, v, extras.get(n, ())) for n, v in ev.merged.pins.items()], planner.python, cuda_major, planner.facts.requires)
     conflicting = sorted({n for n in ev.merged.pins if n.startswith("nvidia-cudnn-cu")}) if conflicts else []
     if resolution.conflicts:
-        conflicts = list(conflicts) + [c for c in resolution.conflicts if not any(c.split(" requires ")[0] in x for x in conflicts)]
+        conflicts = list(conflicts) + [str(c) for c in resolution.conflicts if not any(c.subject in x for x in conflicts)]
     if conflicts and conflicting:
         pins_text = " ".join(f"{n}=={ev.merged.pins[n]}" for n in conflicting)
         conflicts.append(

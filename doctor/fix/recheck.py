@@ -97,31 +97,24 @@ def _breaks_installed(rel: "ReleaseCatalogue", facts: Facts, fix: Fix, python: O
     1.10's flash-attn<=2.4.2 under a flash-attn 2.7.4.post1 pin (doctor.fix.resolve, offline). A
     cuDNN pin over torch's exact one is the planner's one allowed conflict and is not counted."""
     from doctor.fix.resolve import resolve
-    from doctor.releases.catalogue import torch_bundle
+    from doctor.releases.catalogue import cuda_major_after
 
     installed = dict(facts.packages or {})
     if not installed:
         return []
     torch_pin = next((p.version for p in fix.pins if p.name == "torch"), None)
-    bundle = torch_bundle(torch_pin) if torch_pin else None
-    cuda = (bundle.cuda if bundle else None) or facts.torch.cuda
-    parsed = parse_version(cuda) if cuda else None
-    res = resolve(rel, installed, [(p.name, p.version, p.extras) for p in fix.pins], python, parsed.major if parsed else None)
+    cuda_major = cuda_major_after(torch_pin, facts.torch.version or installed.get("torch"), facts.torch.cuda)
+    res = resolve(rel, installed, [(p.name, p.version, p.extras) for p in fix.pins], python, cuda_major, facts.requires)
     pinned = {p.name for p in fix.pins}
-
-    def an_installed_package_breaks(line: str) -> bool:
-        # pip's check after installing ("X requires Y, but Z would be installed"), or a resolution
-        # an installed, unpinned package's requirement makes impossible; not a pin the release
-        # catalogue cannot resolve on its own (a torch it holds no bundle for): that is no
-        # statement about this environment
-        if "nvidia-cudnn-cu" in line:
-            return False
-        if ", but " in line:
-            return True
-        who = line.split(" requires ", 1)[0].rsplit(" ", 1)[0]
-        return who in installed and who not in pinned
-
-    return [f"pip would report: {c}" for c in res.conflicts if an_installed_package_breaks(c)]
+    # pip's check after installing (a requirement broken by what would be installed), or a
+    # resolution that an installed, unpinned package's requirement makes impossible; not a pin
+    # the release catalogue cannot resolve on its own (a torch it holds no bundle for: no
+    # statement about this environment), nor torch's exact cuDNN pin under a cuDNN pin
+    return [
+        f"pip would report: {c}"
+        for c in res.conflicts
+        if not c.name.startswith("nvidia-cudnn-cu") and (c.found is not None or (c.who in installed and c.who not in pinned))
+    ]
 
 
 def fired(diagnosis: Diagnosis, severity: Severity) -> Set[str]:

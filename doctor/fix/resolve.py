@@ -9,11 +9,15 @@ over the release catalogue's Requires-Dist, offline.
            installed package's Requires-Dist against the final versions. Conflicts that were
            there before the plan are not the plan's.
 
-torch's dependencies are its exact pins on what it bundles (cuDNN, NCCL, Triton: torch.json);
-every other package's are the Requires-Dist the catalogue read from PyPI (markers evaluated
-for Linux x86_64 and the target Python), or, where not fetched, its curated `requires`.
-Packages the catalogue does not list are taken as they are installed, or at the exact
-version a requirement names.
+An installed package at its installed version is held to the Requires-Dist read from its
+own installed metadata (the probe's `requires`: the build that is really there, an axolotl
+installed from source with its exact pins included). Other releases: torch's dependencies
+are its exact pins on what it bundles (cuDNN, NCCL, Triton: torch.json); every other
+package's are the Requires-Dist the catalogue read from PyPI (markers evaluated for Linux
+x86_64 and the target Python), or, where not fetched, its curated `requires`. A package the
+catalogue does not list is taken as installed, at the exact version a requirement names, or,
+where a requirement needs more than the installed one, at the lowest release its lower bound
+allows (pip installs that or newer: "datasets 3.0 or newer would be installed").
 
 resolvelib is a small pure-Python library without dependencies (pip vendors it); when it is
 not installed the copy inside pip is used.
@@ -22,7 +26,7 @@ not installed the copy inside pip is used.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from packaging.markers import UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
@@ -53,11 +57,36 @@ class Cand:
 
 
 @dataclass(frozen=True)
+class Conflict:
+    """One complaint pip would make. `who` (at `who_version`; "" for the plan's own pins)
+    requires `requirement` on `name`; `found` is the version of `name` that would be installed,
+    or None when no set of versions satisfies everything (the resolution is impossible)."""
+
+    who: str
+    who_version: str
+    name: str
+    requirement: str  # as written, marker dropped
+    found: Optional[str] = None
+    note: str = ""  # a complaint that names no requirement (the resolver gave up)
+
+    @property
+    def subject(self) -> str:
+        return f"{self.who} {self.who_version}" if self.who else "the plan"
+
+    def __str__(self) -> str:
+        if self.note:
+            return self.note
+        if self.found is None:
+            return f"{self.subject} requires {self.requirement}"
+        return f"{self.subject} requires {self.requirement}, but {self.name} {self.found} would be installed"
+
+
+@dataclass(frozen=True)
 class Resolution:
     ok: bool
     versions: Mapping[str, str] = field(default_factory=dict)  # what pip installs or keeps, by name
     extras: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
-    conflicts: Tuple[str, ...] = ()  # pip's complaints, new with this plan
+    conflicts: Tuple[Conflict, ...] = ()  # pip's complaints, new with this plan
     changed: Tuple[str, ...] = ()  # installed packages whose version the plan changes (pins and what they pull in)
     pulled: Tuple[str, ...] = ()  # packages the pins bring in or move besides themselves (not through an unchanged package)
 
@@ -72,11 +101,21 @@ def _ver(text: str) -> Optional[Version]:
 class _Meta:
     """Catalogue lookups for the resolver: versions and dependencies per package."""
 
-    def __init__(self, rel: ReleaseCatalogue, installed: Mapping[str, str], python: Optional[str], cuda_major: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        rel: ReleaseCatalogue,
+        installed: Mapping[str, str],
+        python: Optional[str],
+        cuda_major: Optional[int] = None,
+        installed_requires: Optional[Mapping[str, Sequence[str]]] = None,
+    ) -> None:
         self.rel = rel
         self.cuda_major = cuda_major
         self.installed: Dict[str, str] = {str(canonicalize_name(k)): v for k, v in installed.items()}
+        # None: not probed (an older snapshot), the catalogue stands in for installed releases too
+        self.installed_requires = None if installed_requires is None else {str(canonicalize_name(k)): tuple(v) for k, v in installed_requires.items()}
         self.python = python or "3.10"
+        self.floors: Set[Tuple[str, Version]] = set()  # (name, version) only known as "this or newer"
 
     def env(self, extra: str = "") -> Dict[str, str]:
         return {
@@ -112,7 +151,10 @@ class _Meta:
         extra's own lines only (plus the base release itself)."""
         parent = f"{name} {version}"
         lines: Sequence[str]
-        if name == "torch":
+        have = _ver(self.installed.get(name, ""))
+        if self.installed_requires is not None and have is not None and Version(have.public) == version and not extras:
+            lines = self.installed_requires.get(name, ())
+        elif name == "torch":
             b = torch_bundle(str(version))
             lines = b.requires_dist if b is not None and b.version == version.base_version else ()
         else:
@@ -189,6 +231,10 @@ class _Provider(_rl.AbstractProvider):
                 for s in r.spec:
                     if s.operator in ("==", "===") and "*" not in s.version and _ver(s.version) is not None:
                         pool.append(Version(s.version))
+                    elif s.operator in (">=", "~=") and _ver(s.version) is not None:
+                        # no release list: the lowest the bound allows stands for "this or newer"
+                        pool.append(Version(s.version))
+                        self.meta.floors.add((name, Version(s.version)))
         have = _ver(self.meta.installed.get(name, ""))
         have_pub = Version(have.public) if have is not None else None
 
@@ -215,9 +261,9 @@ class _Provider(_rl.AbstractProvider):
         return iter(self.meta.requirements(candidate.name, candidate.version, candidate.extras))
 
 
-def _pip_check(meta: _Meta, final: Mapping[str, str]) -> List[str]:
-    """What `pip check` would say about this set (one line per broken requirement)."""
-    out: List[str] = []
+def _pip_check(meta: _Meta, final: Mapping[str, str]) -> List[Conflict]:
+    """What `pip check` would say about this set (one complaint per broken requirement)."""
+    out: List[Conflict] = []
     for name, version in sorted(final.items()):
         v = _ver(version)
         if v is None:
@@ -230,7 +276,8 @@ def _pip_check(meta: _Meta, final: Mapping[str, str]) -> List[str]:
             hv = Version(Version(have).public)
             exact = any(s.operator in ("==", "===") for s in req.spec)
             if not req.spec.contains(hv, prereleases=True if exact else True):
-                out.append(f"{name} {version} requires {req.text.split(';')[0].strip()}, but {req.name} {have} would be installed")
+                found = f"{have} or newer" if (req.name, hv) in meta.floors and have != meta.installed.get(req.name) else have
+                out.append(Conflict(name, version, req.name, req.text.split(";")[0].strip(), found))
     return out
 
 
@@ -240,10 +287,11 @@ def resolve(
     pins: Sequence[Tuple[str, str, Tuple[str, ...]]],
     python: Optional[str] = None,
     cuda_major: Optional[int] = None,
+    installed_requires: Optional[Mapping[str, Sequence[str]]] = None,
 ) -> Resolution:
     """Resolve the plan's pins (name, version, extras) against the catalogue, then check the
     whole installed set with the result applied (see the module doc)."""
-    meta = _Meta(rel, installed, python, cuda_major)
+    meta = _Meta(rel, installed, python, cuda_major, installed_requires)
     roots = [
         Req(str(canonicalize_name(n)), SpecifierSet(f"=={v}"), frozenset(str(canonicalize_name(e)) for e in extras), "", f"{n}=={v}")
         for n, v, extras in pins
@@ -254,13 +302,13 @@ def resolve(
     try:
         result = resolver.resolve(roots, max_rounds=500)
     except _rl.ResolutionImpossible as exc:
-        lines = []
+        causes: List[Conflict] = []
         for cause in exc.causes:
-            who = f"{cause.parent.name} {cause.parent.version}" if cause.parent is not None else "the plan"
-            lines.append(f"{who} requires {cause.requirement.text.split(';')[0].strip()}")
-        return Resolution(ok=False, conflicts=tuple(dict.fromkeys(lines)) or ("no set of versions satisfies the plan",))
+            p = cause.parent
+            causes.append(Conflict(p.name if p is not None else "", str(p.version) if p is not None else "", cause.requirement.name, cause.requirement.text.split(";")[0].strip()))
+        return Resolution(ok=False, conflicts=tuple(dict.fromkeys(causes)) or (Conflict("", "", "", "", note="no set of versions satisfies the plan"),))
     except _rl.ResolutionTooDeep:
-        return Resolution(ok=False, conflicts=("the resolver gave up (too many rounds)",))
+        return Resolution(ok=False, conflicts=(Conflict("", "", "", "", note="the resolver gave up (too many rounds)"),))
     versions: Dict[str, str] = {}
     extras: Dict[str, Tuple[str, ...]] = {}
     for key, cand in result.mapping.items():
@@ -297,5 +345,7 @@ def resolve(
                 seen.add(child)
                 todo.append(child)
     before = set(_pip_check(meta, inst))
-    new = [c for c in _pip_check(meta, final) if c not in before]
+    # a requirement of an installed package on one that was not installed at all was already
+    # unmet (pip check: "which is not installed"): a partial package list, not the plan's doing
+    new = [c for c in _pip_check(meta, final) if c not in before and not (c.name not in inst and c.who in inst)]
     return Resolution(ok=not new, versions=versions, extras=extras, conflicts=tuple(new), changed=tuple(changed), pulled=tuple(sorted(set(pulled))))

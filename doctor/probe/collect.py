@@ -263,6 +263,8 @@ def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[s
     for s in scan.skipped:
         notes.unknown[f"packages.{s.name}"] = f"skipped: {s.reason}"
     notes.provenance["packages"] = f"dist-info/egg-info metadata in {len(scan.paths)} sys.path folders"
+    requires = notes.guard("requires", lambda: packages.installed_requires(scan), {})
+    notes.provenance["requires"] = "Requires-Dist of each installed distribution, on other installed ones (extras left out)"
 
     torch_section = _torch_section(build, result, why_not, notes)
     gpu_rows, cuda_section = _gpu_section(gp, notes)
@@ -345,6 +347,7 @@ def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[s
             "libc": host.libc if host else None,
         },
         "packages": {n: scan.dists[n].version for n in sorted(scan.dists)},
+        "requires": requires,
         "torch": torch_section,
         "cuda": cuda_section,
         "cudnn": cudnn_section,

@@ -186,6 +186,27 @@ def requires(dist: Dist) -> Tuple[str, ...]:
     return tuple(found.get("requires-dist", []))
 
 
+_REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+_EXTRA_MARKER = re.compile(r";.*\bextra\s*==")
+
+
+def installed_requires(scan: PackageScan) -> Dict[str, List[str]]:
+    """{name: Requires-Dist lines} of every installed distribution, keeping only the lines that
+    name another installed distribution and are not an extra's (what `pip check` would hold the
+    environment to after a fix moves one of them). Markers stay as written; direct URL
+    references are left out (a resolver cannot use them, and a URL may carry a token)."""
+    out: Dict[str, List[str]] = {}
+    for name in sorted(scan.dists):
+        keep = []
+        for line in requires(scan.dists[name]):
+            m = _REQ_NAME.match(line)
+            if m and normalize(m.group(1)) in scan.dists and normalize(m.group(1)) != name and not _EXTRA_MARKER.search(line) and "://" not in line:
+                keep.append(line.strip())
+        if keep:
+            out[name] = keep
+    return out
+
+
 def exact_pins(lines: Iterable[str]) -> Dict[str, str]:
     """{normalized name: version} for the `name==version` requirements among `lines`."""
     pins: Dict[str, str] = {}

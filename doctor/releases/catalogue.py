@@ -243,6 +243,24 @@ def torch_bundle(version: str) -> Optional[TorchBundle]:
     return _bundle(row)
 
 
+def cuda_major_after(torch_pin: Optional[str], torch_installed: Optional[str], cuda_installed: Optional[str]) -> Optional[int]:
+    """The CUDA major the environment has after a plan: a torch pin of another release brings
+    its default PyPI wheel's CUDA; otherwise the installed build's (or, unread, its release's
+    default). What TE's torch extension and flash-attn's wheels are chosen for."""
+    from doctor.versions import parse_version
+
+    pin = parse_version(torch_pin) if torch_pin else None
+    have = parse_version(torch_installed) if torch_installed else None
+    if pin is not None and (have is None or pin.base_version != have.base_version):
+        b = torch_bundle(torch_pin or "")
+        cuda = b.cuda if b else None
+    else:
+        b0 = torch_bundle(torch_installed) if torch_installed else None
+        cuda = cuda_installed or (b0.cuda if b0 else None)
+    parsed = parse_version(cuda) if cuda else None
+    return parsed.major if parsed is not None else None
+
+
 @lru_cache(maxsize=8)
 def _catalogue(directory: Optional[str]) -> ReleaseCatalogue:
     from doctor.versions import version_key

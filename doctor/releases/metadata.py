@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 # Requirements on these names are kept in the catalogue; the rest (einops, numpy, ...) are
 # outside what the doctor diagnoses.
 TRACKED_PREFIXES = ("nvidia-cudnn-cu", "nvidia-nccl-cu", "nvidia-cuda-runtime-cu", "transformer-engine")
-TRACKED = ("torch", "triton", "flash-attn", "transformers", "xtuner", "axolotl", "accelerate", "peft", "deepspeed")
+TRACKED = ("torch", "triton", "flash-attn", "transformers", "xtuner", "axolotl", "accelerate", "peft", "deepspeed", "trl", "datasets")
 
 # Which releases get metadata (older ones are outside every rule's window).
 METADATA_FLOOR = {
@@ -47,6 +47,15 @@ METADATA_FLOOR = {
     "torchvision": "0.15",
     "torchaudio": "2.0",
     "xformers": "0.0.20",
+    # the training frameworks fixes pin (their Requires-Dist is what a pin of them pulls in)
+    "trl": "0.8.0",
+    "peft": "0.10.0",
+    "accelerate": "0.30.0",
+    "deepspeed": "0.14.0",
+    "llamafactory": "0.7.1",
+    "ms-swift": "3.0.0",
+    "verl": "0.2.0",
+    "unsloth": "2025.1",
 }
 
 Http = Callable[[str, Optional[Tuple[int, int]]], bytes]  # url, byte range (start, end incl.) -> body

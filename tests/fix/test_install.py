@@ -148,7 +148,7 @@ def test_seed_001_keeps_the_cudnn_override_and_says_how_it_sticks(tmp_path: Path
     step = next(s for s in plan.steps if "nvidia-cudnn" in s.command)
     assert "--no-deps" in step.command
     assert plan.resolution is not None and not plan.resolution.ok
-    assert any("torch 2.4.1" in c and "9.1.0.70" in c for c in plan.resolution.conflicts)
+    assert any("torch 2.4.1" in str(c) and "9.1.0.70" in str(c) for c in plan.resolution.conflicts)
 
 
 # --------------------------------------------------------------------------- validation
@@ -186,9 +186,10 @@ def test_torch_move_from_a_cuda_index_keeps_the_index() -> None:
 
 def test_resolver_reports_torchs_exact_pins_and_framework_pins() -> None:
     both = resolve(REL, {"torch": "2.6.0+cu124"}, [("torch", "2.7.1", ()), ("nvidia-cudnn-cu12", "9.3.0.75", ())], "3.10")
-    assert not both.ok and any("9.5.1.17" in c for c in both.conflicts)
+    assert not both.ok and any("9.5.1.17" in str(c) for c in both.conflicts)
     xt = resolve(REL, {"torch": "2.3.1+cu121", "xtuner": "0.2.0", "transformers": "4.48.0"}, [("transformers", "4.42.4", ())], "3.10")
-    assert not xt.ok and any(c.startswith("xtuner 0.2.0 requires transformers") for c in xt.conflicts)
+    assert not xt.ok and any(str(c).startswith("xtuner 0.2.0 requires transformers") for c in xt.conflicts)
+    assert any(c.who == "xtuner" and c.name == "transformers" and c.found == "4.42.4" for c in xt.conflicts)
     te = resolve(REL, {"torch": "2.4.1"}, [("transformer-engine", "1.12.0", ("pytorch",))], "3.10", 12)
     assert te.ok and te.versions["transformer-engine-torch"] == te.versions["transformer-engine-cu12"] == "1.12.0"
 
@@ -197,6 +198,40 @@ def test_te_1_11_torch_extension_caps_flash_attn() -> None:
     # transformer_engine_torch 1.11.0 requires flash-attn<=2.6.3 (its real Requires-Dist)
     res = resolve(REL, {"torch": "2.4.1", "flash-attn": "2.7.4.post1"}, [("transformer-engine", "1.11.0", ("pytorch",))], "3.10", 12)
     assert not res.ok or res.versions.get("flash-attn") != "2.7.4.post1"
+
+
+def test_an_installed_packages_own_requirements_hold_a_pin() -> None:
+    # a trainer the catalogue does not list (installed from a fork) caps transformers in its
+    # installed METADATA: the probe's `requires` is what pip checks after the install
+    installed = {"torch": "2.4.1", "transformers": "4.44.2", "my-trainer": "0.3.0.dev0"}
+    requires = {"my-trainer": ("transformers<4.46,>=4.41",)}
+    res = resolve(REL, installed, [("transformers", "4.48.0", ())], "3.10", installed_requires=requires)
+    assert not res.ok
+    assert [str(c) for c in res.conflicts] == ["my-trainer 0.3.0.dev0 requires transformers<4.46,>=4.41, but transformers 4.48.0 would be installed"]
+    # an older snapshot without `requires`: nothing is known about the unlisted trainer
+    assert resolve(REL, installed, [("transformers", "4.48.0", ())], "3.10").ok
+
+
+def test_a_pin_that_needs_a_newer_unlisted_package_names_the_floor() -> None:
+    # trl 0.16.0 requires datasets>=3.0.0 (its wheel's Requires-Dist); LLaMA-Factory 0.9.0 caps
+    # datasets at 2.21.0 and trl at 0.9.6. datasets has no release list in the catalogue: the
+    # lowest the floor allows stands for what pip would install
+    installed = {"torch": "2.4.1", "llamafactory": "0.9.0", "trl": "0.9.6", "datasets": "2.21.0", "transformers": "4.45.0", "accelerate": "0.33.0"}
+    requires = {"llamafactory": ("datasets<=2.21.0,>=2.16.0", "trl<=0.9.6,>=0.8.6", "transformers<=4.45.0,>=4.41.2", "accelerate<=0.33.0,>=0.30.1")}
+    res = resolve(REL, installed, [("trl", "0.16.0", ())], "3.10", installed_requires=requires)
+    text = [str(c) for c in res.conflicts]
+    assert "llamafactory 0.9.0 requires datasets<=2.21.0,>=2.16.0, but datasets 3.0.0 or newer would be installed" in text
+    assert "llamafactory 0.9.0 requires trl<=0.9.6,>=0.8.6, but trl 0.16.0 would be installed" in text
+    # as pip does, the unmet floors move transformers and accelerate to their newest release
+    assert {c.name for c in res.conflicts} == {"datasets", "trl", "transformers", "accelerate"}
+    # trl 0.12.0 asks for datasets>=2.21.0, which the installed one meets: datasets stays
+    res = resolve(REL, installed, [("trl", "0.12.0", ())], "3.10", installed_requires=requires)
+    assert res.versions["datasets"] == "2.21.0" and "datasets" not in {c.name for c in res.conflicts}
+    # a package list without datasets at all (a hand-written snapshot, a rule case): LLaMA-Factory's
+    # requirement on it was unmet before the plan, so its cap is not the plan's conflict
+    partial = {k: v for k, v in installed.items() if k != "datasets"}
+    res = resolve(REL, partial, [("trl", "0.16.0", ())], "3.10", installed_requires=requires)
+    assert "datasets" not in {c.name for c in res.conflicts} and "trl" in {c.name for c in res.conflicts}
 
 
 # --------------------------------------------------------------------------- data

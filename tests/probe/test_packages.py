@@ -96,3 +96,27 @@ def test_agrees_with_importlib_metadata_on_this_environment() -> None:
     assert expected, "importlib.metadata sees no distributions"
     for name, version in expected.items():
         assert found.version(name) == version, name
+
+
+def test_installed_requirements_on_other_installed_packages(site: Path) -> None:
+    # what pip would hold a fix to: LLaMA-Factory's caps on what is installed, without its
+    # extras, its requirements on packages that are not installed, or a URL (it may carry a token)
+    add_dist(
+        site,
+        "llamafactory",
+        "0.9.1",
+        requires=(
+            "transformers<=4.46.1,>=4.41.2",
+            "datasets<=3.1.0,>=2.16.0",
+            "gradio>=4.0.0",
+            "deepspeed<=0.14.4,>=0.10.0; extra == 'deepspeed'",
+            "trl @ https://user:ghp_secret@example.com/trl.zip",
+        ),
+    )
+    add_dist(site, "transformers", "4.46.1")
+    add_dist(site, "datasets", "3.1.0")
+    add_dist(site, "deepspeed", "0.14.4")
+    add_dist(site, "trl", "0.9.6")
+    doc = collect(loaded=False, sources=sources(site))
+    assert doc["requires"] == {"llamafactory": ["transformers<=4.46.1,>=4.41.2", "datasets<=3.1.0,>=2.16.0"]}
+    assert "ghp_secret" not in str(doc)
