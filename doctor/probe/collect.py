@@ -263,7 +263,8 @@ def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[s
     for s in scan.skipped:
         notes.unknown[f"packages.{s.name}"] = f"skipped: {s.reason}"
     notes.provenance["packages"] = f"dist-info/egg-info metadata in {len(scan.paths)} sys.path folders"
-    requires = notes.guard("requires", lambda: packages.installed_requires(scan), {})
+    no_requires: Dict[str, List[str]] = {}
+    requires = notes.guard("requires", lambda: packages.installed_requires(scan), no_requires)
     notes.provenance["requires"] = "Requires-Dist of each installed distribution, on other installed ones (extras left out)"
 
     torch_section = _torch_section(build, result, why_not, notes)
