@@ -412,16 +412,80 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def load_file(path: Path) -> Tuple[List[Framework], List[Rule]]:
+def _read_file(path: Path) -> Any:
     doc = read_yaml(path, error=RuleError)
     if doc is None:
-        raise RuleError("empty rule file", path=str(path), hint="a rule file holds `rules:` and/or `frameworks:`")
+        raise RuleError("empty rule file", path=str(path), hint="a rule file holds `rules:`, `frameworks:` and/or `conditions:`")
     if not isinstance(doc, dict):
-        raise RuleError("top level must be a mapping with `rules:` and/or `frameworks:`", path=str(path), line=1)
+        raise RuleError("top level must be a mapping with `rules:`, `frameworks:` and/or `conditions:`", path=str(path), line=1)
     errors = _schema_errors(doc)
     if errors:
         where, msg = errors[0]
         raise _fail(path, doc, where, msg, hint="see docs/rules.md for the rule schema")
+    return doc
+
+
+def _named_conditions(docs: Sequence[Tuple[Path, Any]]) -> Dict[str, Any]:
+    """The catalogue's named conditions (`conditions:` of any file), by id, each checked in its
+    own file; an id defined twice is an error."""
+    named: Dict[str, Any] = {}
+    where_defined: Dict[str, str] = {}
+    for path, doc in docs:
+        for i, c in enumerate(doc.get("conditions", ()) or ()):
+            if c["id"] in named:
+                raise _fail(path, doc, ["conditions", i, "id"], f"condition {c['id']!r} is also defined in {where_defined[c['id']]}",
+                            hint="a named condition is defined once; rename one or read the other")
+            named[c["id"]] = c["when"]
+            where_defined[c["id"]] = str(path)
+    return named
+
+
+def _expand(path: Path, doc: Any, named: Mapping[str, Any]) -> None:
+    """Replace each `{condition: NAME}` leaf in `doc` (rules, fixes' when, frameworks, and the
+    named conditions themselves) with NAME's condition, in place."""
+
+    def sub(node: Any, where: List[Any], stack: Tuple[str, ...]) -> Any:
+        if isinstance(node, dict):
+            if set(node) == {"condition"}:
+                name = node["condition"]
+                if name not in named:
+                    raise _fail(path, doc, where, f"unknown condition {name!r}",
+                                hint="named conditions: " + (", ".join(sorted(named)) or "none") + " (a file's `conditions:`)")
+                if name in stack:
+                    raise _fail(path, doc, where, f"condition {name!r} refers to itself: {' -> '.join(stack + (name,))}")
+                return sub(named[name], where, stack + (name,))
+            changed = {k: sub(v, where + [k], stack) for k, v in node.items()}
+            if any(changed[k] is not node[k] for k in node):
+                copy = type(node)(changed) if type(node) is not dict else dict(changed)
+                for attr in ("line", "key_lines"):
+                    if hasattr(node, attr):
+                        try:
+                            setattr(copy, attr, getattr(node, attr))
+                        except AttributeError:
+                            pass
+                return copy
+            return node
+        if isinstance(node, list):
+            items = [sub(v, where + [i], stack) for i, v in enumerate(node)]
+            if any(a is not b for a, b in zip(items, node)):
+                copy_l = type(node)(items) if type(node) is not list else list(items)
+                if hasattr(node, "line"):
+                    try:
+                        setattr(copy_l, "line", getattr(node, "line"))
+                    except AttributeError:
+                        pass
+                return copy_l
+            return node
+        return node
+
+    for key in ("rules", "frameworks", "conditions"):
+        if key in doc:
+            doc[key] = sub(doc[key], [key], ())
+
+
+def load_file(path: Path, named: Optional[Mapping[str, Any]] = None) -> Tuple[List[Framework], List[Rule]]:
+    doc = _read_file(path)
+    _expand(path, doc, named if named is not None else _named_conditions([(path, doc)]))
     _check_semantics(path, doc)
     return _build(path, doc)
 
@@ -767,8 +831,12 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
             pass  # unreadable or stale cache: rebuilt below and overwritten
     frameworks: List[Framework] = []
     rules: List[Rule] = []
-    for f in files:
-        fws, rs = load_file(f)
+    docs = [(f, _read_file(f)) for f in files]
+    named = _named_conditions(docs)
+    for f, doc in docs:
+        _expand(f, doc, named)
+        _check_semantics(f, doc)
+        fws, rs = _build(f, doc)
         frameworks.extend(fws)
         rules.extend(rs)
     _check_catalogue(frameworks, rules, complete=builtin)

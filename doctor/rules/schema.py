@@ -77,7 +77,27 @@ CONDITION: Dict[str, Any] = {
         # another finding's verdict (finding rules only): `{finding: FA-IMPORT-FAILS, fired: false}` --
         # this failure happens only where that one does not stop the run first
         {**_leaf("finding", {"fired": {"type": "boolean"}, "if_unknown": {"type": "boolean"}}), "required": ["finding", "fired"]},
+        # a named condition of the catalogue (a file's `conditions:`), written once and read by
+        # rules in any file: `{condition: hub_kernels_usable}`
+        {
+            "type": "object",
+            "required": ["condition"],
+            "properties": {"condition": {"type": "string", "minLength": 1}},
+            "additionalProperties": False,
+        },
     ],
+}
+
+NAMED_CONDITION: Dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "description", "when"],
+    "properties": {
+        "id": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"},
+        "description": {"type": "string", "minLength": 10},
+        "when": {"$ref": "#/$defs/condition"},
+        "sources": {"type": "array", "items": {"type": "string", "pattern": r"^https?://"}},
+    },
+    "additionalProperties": False,
 }
 
 _str_list = {"type": "array", "items": {"type": "string", "minLength": 1}}
@@ -310,6 +330,7 @@ RULE_FILE: Dict[str, Any] = {
     "properties": {
         "frameworks": {"type": "array", "items": FRAMEWORK},
         "rules": {"type": "array", "items": RULE},
+        "conditions": {"type": "array", "items": NAMED_CONDITION},
     },
     "additionalProperties": False,
     "minProperties": 1,

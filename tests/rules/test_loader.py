@@ -292,3 +292,42 @@ def test_a_changed_start_up_file_invalidates_the_cached_catalogue(tmp_path: Path
             load_catalogue([mine], builtin=False)
     finally:
         conditions._startup_ids.cache_clear()
+
+
+# --------------------------------------------------------------------------- named conditions
+
+NAMED = """
+conditions:
+  - id: new_torch
+    description: a torch with public SDPA
+    when: {package: torch, version: ">=2.0"}
+"""
+
+
+def test_a_named_condition_is_read_by_rules_in_other_files(tmp_path: Path) -> None:
+    from doctor.rules.cases import case_inputs
+    from doctor.rules.evaluate import diagnose
+
+    (tmp_path / "a.yaml").write_text(NAMED)
+    (tmp_path / "b.yaml").write_text(GOOD.replace('when: {package: torch, version: ">=2.0"}', "when: {all: [{condition: new_torch}]}"))
+    cat = load_catalogue([tmp_path], builtin=False, use_cache=False)
+    for torch, status in (("2.6.0", "fired"), ("1.13.1", "passed")):
+        facts, wl = case_inputs({"packages": {"torch": torch}})
+        assert diagnose(cat, facts, wl).result("MY-RULE").status == status
+
+
+@pytest.mark.parametrize(
+    "named,rule_when,needle,where",
+    [
+        (NAMED, "{condition: old_torch}", "unknown condition 'old_torch'", "b.yaml:7:"),
+        (NAMED + NAMED.replace("conditions:\n", ""), "{condition: new_torch}", "'new_torch' is also defined in", "a.yaml:"),
+        (NAMED.replace('{package: torch, version: ">=2.0"}', "{not: {condition: new_torch}}"), "{condition: new_torch}", "refers to itself", "a.yaml:"),
+    ],
+)
+def test_bad_named_conditions_name_file_and_line(tmp_path: Path, named: str, rule_when: str, needle: str, where: str) -> None:
+    (tmp_path / "a.yaml").write_text(named)
+    (tmp_path / "b.yaml").write_text(GOOD.replace('{package: torch, version: ">=2.0"}', rule_when))
+    with pytest.raises(RuleError) as exc:
+        load_catalogue([tmp_path], builtin=False, use_cache=False)
+    text = exc.value.one_line()
+    assert needle in text and where in text, text
