@@ -369,6 +369,9 @@ class Workload:
     deterministic: bool = False
     fp8: bool = False
     kv_cache: bool = False  # a KV cache is in use (TE: inference_params given), prefill or decode
+    # that KV cache is paged (TE: InferenceParams(is_paged=True), qkv layout paged_kv_*); read only
+    # together with kv_cache: true
+    paged_kv_cache: bool = False
     sdpa_fa3: bool = False  # torch.nn.attention.activate_flash_attention_impl("FA3") was called (torch >= 2.11)
     fp8_recipe: Optional[str] = None  # the recipe given to TE's autocast (FP8_RECIPES); None: not stated
     distributed: Optional[str] = None  # ddp, fsdp or deepspeed; None: not stated

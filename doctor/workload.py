@@ -56,6 +56,7 @@ KEYS = (
     "deterministic",
     "fp8",
     "kv_cache",
+    "paged_kv_cache",
     "sdpa_fa3",
     "pad_between_seqs",
     "xformers",
@@ -78,7 +79,7 @@ KEYS = (
 )
 
 # The boolean keys: in a workload file as true/false, on the command line as --KEY / --no-KEY.
-BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "sdpa_fa3", "pad_between_seqs", "xformers", "vision_tower", "qkv_weight_interleaved", "use_cache", "gradient_checkpointing", "model_compile")
+BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "paged_kv_cache", "sdpa_fa3", "pad_between_seqs", "xformers", "vision_tower", "qkv_weight_interleaved", "use_cache", "gradient_checkpointing", "model_compile")
 
 _DTYPE_ALIASES = {
     "float16": "fp16",
