@@ -8,6 +8,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Dict, Optional
 
+from packaging.version import Version
+
 from doctor.rules.cases import case_inputs, iter_rule_cases
 from doctor.rules.evaluate import diagnose
 from doctor.rules.loader import load_catalogue
@@ -34,7 +36,9 @@ def test_cuda_kernel_filters_stay_quiet_on_a_cpu_only_torch() -> None:
     cat = load_catalogue()
     wrong = []
     checked = 0
-    rules = lambda r: r.disables in KERNEL_BACKENDS and not r.id.endswith("-CPU-TORCH")  # noqa: E731
+    # the torch-before-2.0 rules say there is no SDPA at all, on every build (sample 24 row 30):
+    # below 2.0 they, not SDPA-*-CPU-TORCH, are the one reason
+    rules = lambda r: r.disables in KERNEL_BACKENDS and not r.id.endswith(("-CPU-TORCH", "-TORCH-LT-2-0"))  # noqa: E731
     for rule, kind, i, case in iter_rule_cases(cat, rules):
         if kind != "fires":
             continue
@@ -48,6 +52,8 @@ def test_cuda_kernel_filters_stay_quiet_on_a_cpu_only_torch() -> None:
             wrong.append(f"{rule.id} fires[{i}]")
         # the backend is still out, for the build's reason
         cpu_rule = {"sdpa.flash": "SDPA-FLASH-CPU-TORCH", "sdpa.efficient": "SDPA-EFF-CPU-TORCH", "sdpa.cudnn": "SDPA-CUDNN-CPU-TORCH"}[rule.disables]
+        if Version(moved["torch"]["version"].split("+")[0]) < Version("2.0") and rule.disables != "sdpa.cudnn":
+            cpu_rule = {"sdpa.flash": "SDPA-FLASH-TORCH-LT-2-0", "sdpa.efficient": "SDPA-EFF-TORCH-LT-2-0"}[rule.disables]
         assert d.result(cpu_rule).status == "fired", (rule.id, i, cpu_rule)
     assert checked > 50
     assert not wrong, "fire on a CPU-only torch: " + ", ".join(wrong)
@@ -68,6 +74,18 @@ def test_cudnn_filters_stay_quiet_on_a_rocm_torch() -> None:
         if diagnose(cat, facts, wl).result(rule.id).status == "fired":
             wrong.append(f"{rule.id} fires[{i}]")
     assert not wrong, "fire on a ROCm torch: " + ", ".join(wrong)
+
+
+def test_cpu_torch_before_2_0_has_no_sdpa_at_all() -> None:
+    # sample 24 row 30: torch 1.13.1 has only the private _scaled_dot_product_attention, so a
+    # CPU-only 1.13.1 is not told that "SDPA runs that device's own kernels"
+    cat = load_catalogue()
+    facts, wl = case_inputs({"packages": {"torch": "1.13.1+cpu"}, "torch": {"version": "1.13.1+cpu", "cuda": None, "hip": None}, "gpu": "9.0"})
+    d = diagnose(cat, facts, wl)
+    for lt, cpu in (("SDPA-FLASH-TORCH-LT-2-0", "SDPA-FLASH-CPU-TORCH"), ("SDPA-EFF-TORCH-LT-2-0", "SDPA-EFF-CPU-TORCH"), ("SDPA-MATH-TORCH-LT-2-0", None)):
+        assert d.result(lt).status == "fired", lt
+        if cpu:
+            assert d.result(cpu).status == "passed", cpu
 
 
 # flash-attn: FlashAttention-2 and -3 are CUDA or ROCm extensions, FlashAttention-4 CuTe DSL kernels
