@@ -231,10 +231,11 @@ class _Provider(_rl.AbstractProvider):
                 for s in r.spec:
                     if s.operator in ("==", "===") and "*" not in s.version and _ver(s.version) is not None:
                         pool.append(Version(s.version))
-                    elif s.operator in (">=", "~=") and _ver(s.version) is not None:
+                    elif s.operator in (">=", "~=", ">") and _ver(s.version) is not None:
                         # no release list: the lowest the bound allows stands for "this or newer"
-                        pool.append(Version(s.version))
-                        self.meta.floors.add((name, Version(s.version)))
+                        low = Version(s.version + ".post0") if s.operator == ">" else Version(s.version)
+                        pool.append(low)
+                        self.meta.floors.add((name, low))
         have = _ver(self.meta.installed.get(name, ""))
         have_pub = Version(have.public) if have is not None else None
 
@@ -261,6 +262,9 @@ class _Provider(_rl.AbstractProvider):
         return iter(self.meta.requirements(candidate.name, candidate.version, candidate.extras))
 
 
+_NEWEST = Version("999999")  # above any release: what an uncapped requirement allows
+
+
 def _pip_check(meta: _Meta, final: Mapping[str, str]) -> List[Conflict]:
     """What `pip check` would say about this set (one complaint per broken requirement)."""
     out: List[Conflict] = []
@@ -275,8 +279,11 @@ def _pip_check(meta: _Meta, final: Mapping[str, str]) -> List[Conflict]:
                 continue
             hv = Version(Version(have).public)
             exact = any(s.operator in ("==", "===") for s in req.spec)
-            if not req.spec.contains(hv, prereleases=True if exact else True):
-                found = f"{have} or newer" if (req.name, hv) in meta.floors and have != meta.installed.get(req.name) else have
+            floor = (req.name, hv) in meta.floors and have != meta.installed.get(req.name)
+            # an unlisted package a pin moves: pip takes its newest release, which no cap holds
+            # (a requirement with an upper bound is broken by it as soon as it is above the floor)
+            if not req.spec.contains(hv, prereleases=True) or (floor and not req.spec.contains(_NEWEST, prereleases=True)):
+                found = f"{have} or newer (pip takes the newest)" if floor else have
                 out.append(Conflict(name, version, req.name, req.text.split(";")[0].strip(), found))
     return out
 

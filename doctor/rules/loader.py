@@ -195,7 +195,10 @@ def _fail(path: Path, doc: Any, where: Sequence[Any], msg: str, hint: Optional[s
     return RuleError(prefix + msg, path=str(path), line=line or None, hint=hint)
 
 
-def _check_semantics(path: Path, doc: Mapping[str, Any]) -> None:
+def _check_semantics(path: Path, doc: Mapping[str, Any], named_only: bool = False) -> None:
+    """Facts, versions, regular expressions, evidence, placeholders, fixes and cases of one file;
+    with `named_only`, only its named conditions (checked in their own file, before any rule
+    elsewhere reads them, so an error names the file and line that define it)."""
     from doctor.rules.conditions import is_known_fact_path
     from doctor.versions import canonical_name as normalize_dist, validate_spec
 
@@ -250,6 +253,10 @@ def _check_semantics(path: Path, doc: Mapping[str, Any]) -> None:
                 if "method" in a and "class" not in a:
                     raise _fail(path, doc, where, "evidence `method` needs `class`")
 
+    for i, named in enumerate(doc.get("conditions", ()) or ()):
+        walk(named.get("when"), ["conditions", i, "when"])
+    if named_only:
+        return
     placeholder = re.compile(r"\{([a-z_]+):([^{}]+)\}|\{([A-Za-z0-9_.\-]+)\}")
     unclosed = re.compile(r"\{[A-Za-z_][A-Za-z0-9_.\-]*(?::[^{}\s]*)?(?=[^A-Za-z0-9_.\-:}]|$)")
     for i, rule in enumerate(doc.get("rules", ()) or ()):
@@ -485,6 +492,7 @@ def _expand(path: Path, doc: Any, named: Mapping[str, Any]) -> None:
 
 def load_file(path: Path, named: Optional[Mapping[str, Any]] = None) -> Tuple[List[Framework], List[Rule]]:
     doc = _read_file(path)
+    _check_semantics(path, doc, named_only=True)
     _expand(path, doc, named if named is not None else _named_conditions([(path, doc)]))
     _check_semantics(path, doc)
     return _build(path, doc)
@@ -833,6 +841,8 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
     rules: List[Rule] = []
     docs = [(f, _read_file(f)) for f in files]
     named = _named_conditions(docs)
+    for f, doc in docs:
+        _check_semantics(f, doc, named_only=True)
     for f, doc in docs:
         _expand(f, doc, named)
         _check_semantics(f, doc)

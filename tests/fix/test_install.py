@@ -220,13 +220,19 @@ def test_a_pin_that_needs_a_newer_unlisted_package_names_the_floor() -> None:
     requires = {"llamafactory": ("datasets<=2.21.0,>=2.16.0", "trl<=0.9.6,>=0.8.6", "transformers<=4.45.0,>=4.41.2", "accelerate<=0.33.0,>=0.30.1")}
     res = resolve(REL, installed, [("trl", "0.16.0", ())], "3.10", installed_requires=requires)
     text = [str(c) for c in res.conflicts]
-    assert "llamafactory 0.9.0 requires datasets<=2.21.0,>=2.16.0, but datasets 3.0.0 or newer would be installed" in text
+    assert "llamafactory 0.9.0 requires datasets<=2.21.0,>=2.16.0, but datasets 3.0.0 or newer (pip takes the newest) would be installed" in text
     assert "llamafactory 0.9.0 requires trl<=0.9.6,>=0.8.6, but trl 0.16.0 would be installed" in text
     # as pip does, the unmet floors move transformers and accelerate to their newest release
     assert {c.name for c in res.conflicts} == {"datasets", "trl", "transformers", "accelerate"}
     # trl 0.12.0 asks for datasets>=2.21.0, which the installed one meets: datasets stays
     res = resolve(REL, installed, [("trl", "0.12.0", ())], "3.10", installed_requires=requires)
     assert res.versions["datasets"] == "2.21.0" and "datasets" not in {c.name for c in res.conflicts}
+    # LLaMA-Factory 0.9.1 caps datasets at 3.1.0: the floor (3.0.0) fits under it, but pip takes
+    # the newest datasets, which does not (check-Q1)
+    lf091 = {**installed, "llamafactory": "0.9.1"}
+    req091 = {"llamafactory": ("datasets<=3.1.0,>=2.16.0",)}
+    res = resolve(REL, lf091, [("trl", "0.16.0", ())], "3.10", installed_requires=req091)
+    assert [str(c) for c in res.conflicts] == ["llamafactory 0.9.1 requires datasets<=3.1.0,>=2.16.0, but datasets 3.0.0 or newer (pip takes the newest) would be installed"]
     # a package list without datasets at all (a hand-written snapshot, a rule case): LLaMA-Factory's
     # requirement on it was unmet before the plan, so its cap is not the plan's conflict
     partial = {k: v for k, v in installed.items() if k != "datasets"}

@@ -322,6 +322,8 @@ def test_a_named_condition_is_read_by_rules_in_other_files(tmp_path: Path) -> No
         (NAMED, "{condition: old_torch}", "unknown condition 'old_torch'", "b.yaml:7:"),
         (NAMED + NAMED.replace("conditions:\n", ""), "{condition: new_torch}", "'new_torch' is also defined in", "a.yaml:"),
         (NAMED.replace('{package: torch, version: ">=2.0"}', "{not: {condition: new_torch}}"), "{condition: new_torch}", "refers to itself", "a.yaml:"),
+        # checked where it is written, even if no rule reads it
+        (NAMED.replace('">=2.0"', '">=2.0!!"'), "{package: torch, version: \">=2.0\"}", "bad version specifier", "a.yaml:5:"),
     ],
 )
 def test_bad_named_conditions_name_file_and_line(tmp_path: Path, named: str, rule_when: str, needle: str, where: str) -> None:
