@@ -278,7 +278,6 @@ def _pip_check(meta: _Meta, final: Mapping[str, str]) -> List[Conflict]:
             if have is None or _ver(have) is None:
                 continue
             hv = Version(Version(have).public)
-            exact = any(s.operator in ("==", "===") for s in req.spec)
             floor = (req.name, hv) in meta.floors and have != meta.installed.get(req.name)
             # an unlisted package a pin moves: pip takes its newest release, which no cap holds
             # (a requirement with an upper bound is broken by it as soon as it is above the floor)
