@@ -116,6 +116,23 @@ class _Meta:
         self.installed_requires = None if installed_requires is None else {str(canonicalize_name(k)): tuple(v) for k, v in installed_requires.items()}
         self.python = python or "3.10"
         self.floors: Set[Tuple[str, Version]] = set()  # (name, version) only known as "this or newer"
+        self._absent: Optional[Dict[str, List[SpecifierSet]]] = None
+
+    def absent_constraints(self, name: str) -> List[SpecifierSet]:
+        """What the installed packages require of `name` where the package list lacks it (a
+        hand-written snapshot or a rule case names only some packages): a real environment has
+        it at a version they accept, so a plan that pulls it in takes one of those, not
+        necessarily the newest (which could drag another installed package along)."""
+        if self._absent is None:
+            self._absent = {}
+            for n, v in self.installed.items():
+                have = _ver(v)
+                if have is None:
+                    continue
+                for req in self.requirements(n, Version(have.public), frozenset()):
+                    if req.name not in self.installed:
+                        self._absent.setdefault(req.name, []).append(req.spec)
+        return self._absent.get(name, [])
 
     def env(self, extra: str = "") -> Dict[str, str]:
         return {
@@ -249,6 +266,9 @@ class _Provider(_rl.AbstractProvider):
             return True
 
         fits = sorted({v for v in pool if ok(v)}, key=lambda v: (v != have_pub, [-x for x in v.release], v.is_prerelease))
+        if have is None:
+            held = [v for v in fits if all(spec.contains(v, prereleases=True) for spec in self.meta.absent_constraints(name))]
+            fits = held or fits
         fits.sort(key=lambda v: (v != have_pub, v.is_prerelease))
         return [Cand(name, v, extras, known) for v in fits]
 
