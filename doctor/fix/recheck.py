@@ -117,6 +117,25 @@ def _breaks_installed(rel: "ReleaseCatalogue", facts: Facts, fix: Fix, python: O
     ]
 
 
+def with_install_extras(fix: Fix, facts: Facts) -> Fix:
+    """`fix` with each pin carrying the extras `attn-doctor fix` installs it with (the recipe's,
+    rules/releases/install.json, as far as the release provides them): a bare
+    `pip install "transformer-engine==2.17.0"` moves only the meta package and leaves
+    transformer-engine-torch behind, which TE's import refuses ("package version mismatch").
+    Checked and printed with them, as the planner does."""
+    if not any(not p.extras for p in fix.pins):
+        return fix
+    from doctor.fix.install import extras_for
+    from doctor.releases.catalogue import cuda_major_after, load_release_catalogue
+
+    rel = load_release_catalogue()
+    installed = facts.packages or {}
+    torch_pin = next((p.version for p in fix.pins if p.name == "torch"), None)
+    cuda_major = cuda_major_after(torch_pin, facts.torch.version or installed.get("torch"), facts.torch.cuda)
+    pins = tuple(p if p.extras else replace(p, extras=extras_for(rel, p.name, p.version, cuda_major)) for p in fix.pins)
+    return fix if pins == fix.pins else replace(fix, pins=pins)
+
+
 def fired(diagnosis: Diagnosis, severity: Severity) -> Set[str]:
     return {f.rule_id for f in diagnosis.findings if f.status == "fired" and f.severity == severity}
 
@@ -160,7 +179,7 @@ def verified_fixes(cat: Catalogue, facts: Facts, workload: Workload, diagnosis: 
             if not fix.checkable:
                 advice.append(fix)
                 continue
-            fix = with_torch_companions(fix, facts.packages or {})
+            fix = with_install_extras(with_torch_companions(fix, facts.packages or {}), facts)
             result = recheck(cat, facts, workload, fix, (finding.rule_id,), before=diagnosis)
             if result.verified:
                 kept.append(replace(fix, verified=True, brings_up=result.new_warnings))
