@@ -19,8 +19,8 @@ catalogue does not list is taken as installed, at the exact version a requiremen
 where a requirement needs more than the installed one, at the lowest release its lower bound
 allows (pip installs that or newer: "datasets 3.0 or newer would be installed").
 
-resolvelib is a small pure-Python library without dependencies (pip vendors it); when it is
-not installed the copy inside pip is used.
+resolvelib is a small pure-Python library without dependencies (pip vendors it), and a
+dependency of attn-doctor (pyproject.toml).
 """
 
 from __future__ import annotations
