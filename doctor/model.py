@@ -686,6 +686,12 @@ class Workload:
         return self.seq_len_q % (2 * max(self.context_parallel.size, 1)) == 0
 
     @property
+    def tp_cp_seq_divisible(self) -> bool:
+        """The query sequence is a multiple of tensor_parallel x 2 x cp_size: torchtitan 0.2's
+        model parallelize functions assert it on training.seq_len (ParallelDims.seq_len_divisor)."""
+        return self.seq_len_q % (max(self.tensor_parallel, 1) * 2 * max(self.context_parallel.size, 1)) == 0
+
+    @property
     def cp_chunk_len_q(self) -> int:
         """The query chunk of TE's load-balanced context parallelism: the sequence cut into
         2 x cp_size chunks (its all_gather steps run max_seqlen_q // (2 * cp_size) queries)."""
@@ -729,6 +735,7 @@ WORKLOAD_DERIVED = (
     "cp_local_heads_divisible",
     "cp_seq_divisible",
     "cp_seq_divisible_2x",
+    "tp_cp_seq_divisible",
     "cp_seq_len_q_padded",
     "cp_seq_len_kv_padded",
     "cp_chunk_len_q",
