@@ -447,6 +447,43 @@ def _named_conditions(docs: Sequence[Tuple[Path, Any]]) -> Dict[str, Any]:
     return named
 
 
+def _referenced_conditions(node: Any) -> set:
+    """Every NAME of a `{condition: NAME}` leaf under `node`."""
+    if isinstance(node, dict):
+        if set(node) == {"condition"} and isinstance(node["condition"], str):
+            return {node["condition"]}
+        return set().union(*(_referenced_conditions(v) for v in node.values())) if node else set()
+    if isinstance(node, list):
+        return set().union(*(_referenced_conditions(v) for v in node)) if node else set()
+    return set()
+
+
+def _with_catalogue_conditions(docs: Sequence[Tuple[Path, Any]], named: Dict[str, Any]) -> Dict[str, Any]:
+    """`named` plus the built-in catalogue's named conditions that `docs` read but do not define.
+    A named condition belongs to the whole catalogue: a file loaded on its own (a test's subset,
+    `rules lint FILE`) still reads one written in another file. Only files that hold a top-level
+    `conditions:` are parsed, so this stays cheap."""
+    from doctor.resources import rules_dir
+
+    wanted = set().union(*(_referenced_conditions(doc.get(k)) for _, doc in docs for k in ("rules", "frameworks", "conditions"))) - set(named)
+    if not wanted:
+        return named
+    given = {p.resolve() for p, _ in docs}
+    out = dict(named)
+    for f in _files([rules_dir()]):
+        if f.resolve() in given:
+            continue
+        try:
+            text = f.read_text(encoding="utf-8")
+        except OSError:
+            continue
+        if not re.search(r"(?m)^conditions:", text):
+            continue
+        for name, when in _named_conditions([(f, _read_file(f))]).items():
+            out.setdefault(name, when)
+    return out
+
+
 def _expand(path: Path, doc: Any, named: Mapping[str, Any]) -> None:
     """Replace each `{condition: NAME}` leaf in `doc` (rules, fixes' when, frameworks, and the
     named conditions themselves) with NAME's condition, in place."""
@@ -493,7 +530,9 @@ def _expand(path: Path, doc: Any, named: Mapping[str, Any]) -> None:
 def load_file(path: Path, named: Optional[Mapping[str, Any]] = None) -> Tuple[List[Framework], List[Rule]]:
     doc = _read_file(path)
     _check_semantics(path, doc, named_only=True)
-    _expand(path, doc, named if named is not None else _named_conditions([(path, doc)]))
+    if named is None:
+        named = _with_catalogue_conditions([(path, doc)], _named_conditions([(path, doc)]))
+    _expand(path, doc, named)
     _check_semantics(path, doc)
     return _build(path, doc)
 
@@ -825,7 +864,9 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
             # the rules are checked against rules/startup/ too (a `startup.<id>` fact must name a
             # check it ships): a changed start-up file must load and check them again
             startup = sorted((rules_dir() / "startup").glob("*.yaml"))
-            fingerprint = _fingerprint([*files, *startup])
+            # a subset still reads named conditions from the other built-in files: they count too
+            others = [] if builtin else [f for f in _files([rules_dir()]) if f not in files]
+            fingerprint = _fingerprint([*files, *startup, *others])
             seen = _LOADED.get(fingerprint)
             if seen is not None:
                 # same files, same sizes and times: this process read them already (even if the
@@ -841,6 +882,8 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
     rules: List[Rule] = []
     docs = [(f, _read_file(f)) for f in files]
     named = _named_conditions(docs)
+    if not builtin:
+        named = _with_catalogue_conditions(docs, named)
     for f, doc in docs:
         _check_semantics(f, doc, named_only=True)
     for f, doc in docs:

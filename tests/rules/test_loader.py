@@ -316,6 +316,28 @@ def test_a_named_condition_is_read_by_rules_in_other_files(tmp_path: Path) -> No
         assert diagnose(cat, facts, wl).result("MY-RULE").status == status
 
 
+def test_a_subset_of_the_catalogue_reads_named_conditions_of_the_files_left_out(tmp_path: Path) -> None:
+    """A user's or a test's subset (builtin=False, one file, `rules lint FILE`) still reads a
+    named condition the built-in catalogue writes in another file (stop 37's CI: the report
+    goldens load transformer_engine.yaml and seeds.yaml alone, and a seeds rule reads
+    te_imports_flash_attn_2 from te_findings.yaml)."""
+    from doctor.rules.cases import case_inputs
+    from doctor.rules.evaluate import diagnose
+    from doctor.resources import rules_dir
+    from doctor.rules.loader import load_file
+
+    (tmp_path / "b.yaml").write_text(GOOD.replace('when: {package: torch, version: ">=2.0"}', "when: {all: [{condition: hub_kernels_usable}]}"))
+    cat = load_catalogue([tmp_path], builtin=False, use_cache=False)
+    facts, wl = case_inputs({"packages": {"torch": "2.6.0", "transformers": "4.57.0", "kernels": "0.10.0"}})
+    assert diagnose(cat, facts, wl).result("MY-RULE").status == "fired"
+    facts, wl = case_inputs({"packages": {"torch": "2.6.0", "transformers": "4.57.0"}})
+    assert diagnose(cat, facts, wl).result("MY-RULE").status == "passed"
+    _, rules = load_file(tmp_path / "b.yaml")
+    assert [r.id for r in rules] == ["MY-RULE"]
+    seeds = load_catalogue([rules_dir() / "backends" / "transformer_engine.yaml", rules_dir() / "findings" / "seeds.yaml"], builtin=False, use_cache=False)
+    assert seeds.rule("TE-NO-BACKEND") is not None
+
+
 @pytest.mark.parametrize(
     "named,rule_when,needle,where",
     [
