@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -22,7 +22,7 @@ from doctor.model import Fix, Pin, Severity
 from doctor.versions import canonical_name, parse_pin
 from doctor.yamlio import read_yaml
 
-CACHE_FORMAT = 10
+CACHE_FORMAT = 11
 
 
 # --------------------------------------------------------------------------- values
@@ -86,6 +86,9 @@ class Framework:
     path: str
     line: int
     covers: Optional[Coverage] = None
+    # stops the run before the framework picks a backend (an import error, a constructor assert):
+    # where it holds, no finding about the framework's choice is reached (`reached_unless:`)
+    reached_unless: Optional[Mapping[str, Any]] = None
 
 
 @dataclass(frozen=True)
@@ -366,6 +369,7 @@ def _build(path: Path, doc: Mapping[str, Any]) -> Tuple[List[Framework], List[Ru
                 path=str(path),
                 line=getattr(fw, "line", 0),
                 covers=Coverage(**fw["covers"]) if fw.get("covers") else None,
+                reached_unless=_plain(fw.get("reached_unless")),
             )
         )
     rules = []
@@ -672,6 +676,48 @@ def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule], com
     _check_finding_refs(rules, complete)
 
 
+def reads_selection(cond: Any, framework: str, backend_ids: set) -> bool:
+    """Whether a condition reads what `framework` selects: a `{backend: B, selected: ...}` leaf
+    for one of its backends or family members, or `{framework: F, selects/has_backend: ...}`."""
+    if not isinstance(cond, dict):
+        return False
+    if "backend" in cond:
+        return "selected" in cond and cond["backend"] in backend_ids
+    if "framework" in cond:
+        return cond["framework"] == framework and ("selects" in cond or "has_backend" in cond)
+    kids = [*(cond.get("all", ()) or ()), *(cond.get("any", ()) or ()), *([cond["not"]] if "not" in cond else [])]
+    return any(reads_selection(k, framework, backend_ids) for k in kids)
+
+
+def _guard_selection(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> List[Rule]:
+    """A finding about which backend a framework picks (or that it has none) is reached only if
+    the run gets to the framework's selection: each finding that reads it is and-ed with
+    `not: <reached_unless>` of that framework, so it stays silent where an import error or a
+    constructor assert stops the run first (docs/rules.md "Stages"). Findings that the stop
+    condition itself reads, directly or through other findings, are left as written (no cycle)."""
+    by_id = {r.id: r for r in rules}
+    out = list(rules)
+    for fw in frameworks:
+        if not fw.reached_unless:
+            continue
+        ids = {b.id for b in fw.backends} | {m.id for b in fw.backends for m in b.members}
+        upstream: set = set()
+        todo = list(finding_refs(fw.reached_unless))
+        while todo:
+            rid = todo.pop()
+            if rid in upstream:
+                continue
+            upstream.add(rid)
+            if rid in by_id:
+                todo.extend(finding_refs(by_id[rid].when))
+        guard = {"not": fw.reached_unless}
+        for i, r in enumerate(out):
+            if r.disables or r.id in upstream or not reads_selection(r.when, fw.id, ids):
+                continue
+            out[i] = replace(r, when={"all": [r.when, guard]})
+    return out
+
+
 def finding_refs(cond: Any) -> List[str]:
     """The rule ids a condition reads through `{finding: ID, fired: ...}` leaves."""
     if not isinstance(cond, dict):
@@ -892,6 +938,7 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
         fws, rs = _build(f, doc)
         frameworks.extend(fws)
         rules.extend(rs)
+    rules = _guard_selection(frameworks, rules)
     _check_catalogue(frameworks, rules, complete=builtin)
     cat = Catalogue(tuple(frameworks), tuple(rules))
     if fingerprint is not None:

@@ -319,6 +319,9 @@ FRAMEWORK: Dict[str, Any] = {
             },
             "additionalProperties": False,
         },
+        # what stops the run before the framework picks a backend: findings about its choice
+        # are reached only where this does not hold (doctor.rules.loader._guard_selection)
+        "reached_unless": {"$ref": "#/$defs/condition"},
         "sources": {"type": "array", "items": {"type": "string", "pattern": r"^https?://"}, "minItems": 1},
     },
     "additionalProperties": False,
