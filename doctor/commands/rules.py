@@ -61,6 +61,9 @@ def show_rule(
     family = next(
         ((b, m) for fw in cat.frameworks for b in fw.backends for m in b.members if m.id == r.disables), None
     )
+    # a finding about a framework's choice: show its `when:` as written, and the framework's stops apart
+    fw_stops = next((fw for fw in cat.frameworks if fw.id == r.reached_by), None)
+    written = r.when["all"][0] if fw_stops is not None else r.when
     out = [
         f"{r.id}  ({r.severity or 'backend rule: disables ' + str(r.disables)}, area {r.area})",
         f"defined at {r.path}:{r.line}",
@@ -83,8 +86,12 @@ def show_rule(
         r.message,
         "",
         "when:",
-        yaml.safe_dump(r.when, sort_keys=False, default_flow_style=False).rstrip().replace("\n", "\n  ").join(["  ", ""]),
+        yaml.safe_dump(written, sort_keys=False, default_flow_style=False).rstrip().replace("\n", "\n  ").join(["  ", ""]),
     ]
+    if fw_stops is not None:
+        stops = finding_refs(fw_stops.reached_unless)
+        out.append(f"  and {fw_stops.name} gets to choose a backend: silent where one of its earlier errors fires"
+                   f" ({', '.join(stops)}; its `reached_unless:` in {Path(fw_stops.path).name})")
     if r.fixes:
         out.append("fixes:")
         for f in r.fixes:

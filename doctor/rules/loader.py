@@ -22,7 +22,7 @@ from doctor.model import Fix, Pin, Severity
 from doctor.versions import canonical_name, parse_pin
 from doctor.yamlio import read_yaml
 
-CACHE_FORMAT = 11
+CACHE_FORMAT = 12
 
 
 # --------------------------------------------------------------------------- values
@@ -113,6 +113,8 @@ class Rule:
     confidence_note: Optional[str] = None
     alongside: Tuple[Tuple[str, str], ...] = ()  # (rule id, why both fire on the same inputs)
     stage: Optional[str] = None  # findings: where in the run the failure shows (doctor.model.STAGES)
+    # the framework whose `reached_unless:` the loader and-ed to `when` (this finding reads its choice)
+    reached_by: Optional[str] = None
 
     @property
     def kind(self) -> str:
@@ -714,7 +716,7 @@ def _guard_selection(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> 
         for i, r in enumerate(out):
             if r.disables or r.id in upstream or not reads_selection(r.when, fw.id, ids):
                 continue
-            out[i] = replace(r, when={"all": [r.when, guard]})
+            out[i] = replace(r, when={"all": [r.when, guard]}, reached_by=fw.id)
     return out
 
 

@@ -134,3 +134,16 @@ def test_no_te_finding_about_its_choice_fires_where_te_stops_first(window: bool)
             wrong.append(f"{rid} case {i}")
     assert stopped >= 20, stopped
     assert not wrong, f"fired although {stop} stops TE first: " + ", ".join(wrong)
+
+
+def test_rules_show_gives_the_when_as_written_and_names_the_stops_apart(capsys: Any) -> None:
+    from doctor.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["rules", "show", "TE-FA-BLOCK-TABLE-CP"])
+    assert int(exc.value.code or 0) == 0
+    out = str(capsys.readouterr().out)
+    when = out.split("when:", 1)[1].split("fixes:", 1)[0]
+    assert "backend: te.flash" in when and "TE-WINDOW-SIZE-REFUSED" not in when.split("and TransformerEngine gets")[0]
+    assert "and TransformerEngine gets to choose a backend: silent where one of its earlier errors fires (" in when
+    assert "TE-WINDOW-SIZE-REFUSED" in when and "TE-IMPORT-FAILS" in when
