@@ -100,6 +100,12 @@ def te_attention(workload: Workload) -> bool:
     """May TE's DotProductAttention run attention for this workload (stated facts only)?"""
     if workload.model_type and TE_MODEL_TYPE.match(workload.model_type):
         return True
+    # Megatron-LM's --attention-backend local runs Megatron-Core's own DotProductAttention: it
+    # asserts --spec local (core_v0.11.0 training/arguments.py:227-228, core_v0.14.0 :366), a
+    # spec without TE layers, and sets NVTE_FLASH/FUSED/UNFUSED_ATTN to 0 besides (core_v0.11.0
+    # language_module.py:45-48) (sample 26 row 28). NeMo's own specs are not read here.
+    if workload.framework == "megatron" and workload.attention_backend == "local":
+        return False
     return workload.attn_implementation not in TE_ELSEWHERE_ATTN and workload.framework not in TE_ELSEWHERE_FRAMEWORKS
 
 
