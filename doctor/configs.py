@@ -373,6 +373,18 @@ def _megatron_values(t: _Taker, get: Callable[[str], Any], framework: str) -> No
         # not on the command line: Megatron-Core's default (auto, 0.11 on); its check then wants
         # NVTE_FLASH_ATTN / NVTE_FUSED_ATTN / NVTE_UNFUSED_ATTN unset or "1"
         t.put("attention_backend (Megatron's default)", "attention_backend", "auto")
+    # --flash-attention-version N (Megatron-Core 0.19+, TransformerConfig.flash_attention_version,
+    # 2/3/4): LanguageModule._set_attention_backend sets NVTE_FLASH_ATTN_V{other}=0 for the other
+    # two generations when the model is built (core_v0.19.0 language_module.py:148-153), which TE
+    # 2.18+ reads per generation (sample 26 row 26)
+    fav = get("flash_attention_version")
+    if fav is not None:
+        n = t.int_("flash_attention_version", fav)
+        if n not in (2, 3, 4):
+            raise t.bad("flash_attention_version", fav, "expected 2, 3 or 4")
+        off = {f"NVTE_FLASH_ATTN_V{v}": "0" for v in (2, 3, 4) if v != n}
+        t.env.update(off)
+        t.took.append(f"flash_attention_version: {n} -> " + " ".join(f"{k}={v}" for k, v in off.items()))
 
 
 def _megatron_args(t: _Taker, text: str) -> None:

@@ -282,6 +282,29 @@ def test_megatron_attention_backend_is_a_workload_fact(tmp_path: Path) -> None:
     assert read_config(args).workload["attention_backend"] == "local"
 
 
+def test_megatron_flash_attention_version_switches_the_other_generations_off(tmp_path: Path) -> None:
+    # Megatron-Core 0.19's --flash-attention-version N sets NVTE_FLASH_ATTN_V{other}=0 when the
+    # model is built; TE 2.18+ reads them, so FA2 is out under "3" (sample 26 row 26)
+    from doctor.rules.cases import case_inputs
+    from doctor.rules.evaluate import diagnose
+    from doctor.rules.loader import load_catalogue
+
+    args = tmp_path / "args.txt"
+    args.write_text("--num-attention-heads 32 --attention-backend flash --flash-attention-version 3 --bf16\n")
+    got = read_config(args)
+    assert dict(got.env) == {"NVTE_FLASH_ATTN": "1", "NVTE_FUSED_ATTN": "0", "NVTE_UNFUSED_ATTN": "0",
+                             "NVTE_FLASH_ATTN_V2": "0", "NVTE_FLASH_ATTN_V4": "0"}
+    assert "flash_attention_version: 3 -> NVTE_FLASH_ATTN_V2=0 NVTE_FLASH_ATTN_V4=0" in got.took
+    facts, wl = case_inputs({"packages": {"transformer-engine": "2.18.0", "flash-attn": "2.8.3", "megatron-core": "0.19.0"},
+                             "gpu": "8.0", "env": dict(got.env), "workload": {"framework": "megatron", "attention_backend": "flash"}})
+    d = diagnose(load_catalogue(), facts, wl)
+    assert d.result("TE-FLASH-ENV-PER-VERSION").status == "fired"
+    assert d.result("TE-NO-BACKEND").status == "fired"
+    args.write_text("--num-attention-heads 32 --flash-attention-version 5\n")
+    with pytest.raises(InputError, match="flash_attention_version"):
+        read_config(args)
+
+
 def test_megatron_retro_arguments_name_the_retro_model(tmp_path: Path) -> None:
     # pretrain_retro.py: --retro-add-retriever builds Megatron-Core's RetroModel, which forces the
     # unfused backend itself (MCORE-NVTE-ATTN-ENV-ASSERT's Retro arm); not with --use-legacy-models
