@@ -321,6 +321,11 @@ PACKINGS = ("padded", "varlen", "padding_free")
 # Megatron-Core's --attention-backend (TransformerConfig.attention_backend, 0.11+; default auto):
 # which NVTE_*_ATTN values it sets, and asserts, when the model is built
 ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
+# what the training run updates: every weight (full), LoRA adapters on the weights (lora), LoRA on a
+# 4-bit quantized model (qlora), or another parameter-efficient adapter (adapter: AdaLoRA, IA3,
+# prefix tuning, LLaMA-Pro, ...). Under an adapter the framework hands later code a PEFT or Swift
+# wrapper (PeftModelForCausalLM, SwiftModel) instead of the model class (XTUNER-02, XTUNER-09)
+FINETUNES = ("full", "lora", "qlora", "adapter")
 DISTRIBUTED = ("ddp", "fsdp", "deepspeed", "megatron")  # how the training loop shards the model (not who runs attention); megatron: Megatron-Core parallelism (e.g. verl's Megatron workers)
 CP_IMPLS = ("te", "torch_ring", "ulysses", "ring_flash_attn")
 ATTN_IMPLEMENTATIONS = (
@@ -408,6 +413,8 @@ class Workload:
     # outer compile inlines a compiled flex_attention and drops its own mode (pytorch#156308);
     # None: not stated
     model_compile: Optional[bool] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
+    # full fine-tuning or an adapter (FINETUNES); None: not stated, so not known
+    finetune: Optional[str] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
     source: str = "default profile"
     defaulted: Tuple[str, ...] = ()
 
@@ -755,7 +762,7 @@ WORKLOAD_DERIVED = (
 )
 # workload fields whose None means "not known" rather than a value a rule can compare with:
 # a rule that reads one is then not evaluated (the others' None means "not stated", a value)
-WORKLOAD_UNKNOWN_WHEN_NONE = ("vision_tower", "qkv_weight_interleaved", "use_cache", "gradient_checkpointing", "model_compile")
+WORKLOAD_UNKNOWN_WHEN_NONE = ("vision_tower", "qkv_weight_interleaved", "use_cache", "gradient_checkpointing", "model_compile", "finetune")
 
 # --------------------------------------------------------------------------- rule results
 

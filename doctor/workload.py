@@ -19,6 +19,7 @@ from doctor.model import (
     CP_COMM_TYPES,
     CP_IMPLS,
     ATTENTION_BACKENDS,
+    FINETUNES,
     DISTRIBUTED,
     DTYPES,
     FP8_RECIPES,
@@ -76,6 +77,7 @@ KEYS = (
     "use_cache",
     "gradient_checkpointing",
     "model_compile",
+    "finetune",
 )
 
 # The boolean keys: in a workload file as true/false, on the command line as --KEY / --no-KEY.
@@ -180,6 +182,8 @@ def build(
             out["fp8_recipe"] = _choice(key, value, FP8_RECIPES, path, line)
         elif key == "distributed":
             out["distributed"] = _choice(key, value, DISTRIBUTED, path, line)
+        elif key == "finetune":
+            out["finetune"] = _choice(key, str(value).replace("-", "_"), FINETUNES, path, line)
         elif key == "attention_backend":
             out["attention_backend"] = _choice(key, str(value).split(".")[-1].lower(), ATTENTION_BACKENDS, path, line)
         elif key == "model_type":

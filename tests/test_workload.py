@@ -270,3 +270,26 @@ def test_a_plans_context_parallel_change_round_trips_through_the_check_flags() -
     }
     w = resolve_workload(flags=parse_workload_flags(argv))
     assert (w.cp_size, w.cp_impl, w.cp_attn_implementation) == (2, "ulysses", "sdpa")
+
+
+def test_finetune_is_a_workload_value_unknown_when_not_stated(tmp_path: Path) -> None:
+    # sample-25 row 29: under ms-swift an adapter hands XTuner's dispatch a PEFT/Swift wrapper
+    # (XTUNER-02, XTUNER-09 read workload.finetune); not stated it is unknown, not "full"
+    assert resolve_workload().finetune is None
+    f = tmp_path / "w.yaml"
+    f.write_text("framework: ms-swift\nfinetune: LoRA\n")
+    assert resolve_workload(workload_file=f).finetune == "lora"
+    assert resolve_workload(workload_file=f, flags=parse_workload_flags(["--finetune", "full"])).finetune == "full"
+
+
+def test_bad_finetune_names_the_file_and_line(tmp_path: Path) -> None:
+    f = tmp_path / "w.yaml"
+    f.write_text("dtype: bf16\nfinetune: prefix\n")
+    with pytest.raises(InputError) as exc:
+        resolve_workload(workload_file=f)
+    line = exc.value.one_line()
+    assert line.startswith(f"{f}:2: workload: finetune='prefix': expected one of full, lora, qlora, adapter")
+    assert "\n" not in line
+    with pytest.raises(InputError) as exc:
+        resolve_workload(flags=parse_workload_flags(["--finetune", "partial"]))
+    assert "finetune='partial': expected one of full, lora, qlora, adapter" in exc.value.one_line()
