@@ -51,7 +51,9 @@ GOLDEN: List[Tuple[str, Dict[str, Any], Optional[str], Tuple[str, ...], Tuple[st
     ("W12", case("2.18.0", "9.0", "9.13.0", "2.8.3", torch="2.8.0", num_heads=32, num_kv_heads=1,
                  context_parallel={"size": 2, "comm_type": "a2a"}),
      "te.flash", (), (), f"{TE}@v2.18:transformer_engine/pytorch/attention/dot_product_attention/utils.py:1184-1191"),
-    ("W4", case("1.11.0", "9.0", "9.3.0", torch="2.4.1", window_size=[4095, 0], mask="causal",
+    # flash-attn 2.6.3 (TE 1.11's maximum, v1.11 attention.py:94): TE 1.11 does not import without
+    # flash-attn (TE-FA-REQUIRED-BEFORE-1-12), and then no finding about its choice is reached
+    ("W4", case("1.11.0", "9.0", "9.3.0", "2.6.3", torch="2.4.1", window_size=[4095, 0], mask="causal",
                 context_parallel={"size": 2, "comm_type": "all_gather"}),
      "te.fused", ("TE-CP-SLIDING-WINDOW-COMM-TYPE",), ("TE-CP-FLASH-ATTN-SOFTCAP",),
      f"{TE}@v1.11:transformer_engine/pytorch/attention.py:3999-4003 (sliding window + all_gather only without FusedAttention)"),
