@@ -50,7 +50,7 @@ def show_rule(
     """Everything about one rule: condition, fixes, sources, where it is defined."""
     import yaml
 
-    from doctor.rules.loader import finding_refs, load_catalogue
+    from doctor.rules.loader import finding_refs, load_catalogue, unguarded
 
     cat = load_catalogue(rules_dir or [])
     try:
@@ -63,7 +63,7 @@ def show_rule(
     )
     # a finding about a framework's choice: show its `when:` as written, and the framework's stops apart
     fw_stops = next((fw for fw in cat.frameworks if fw.id == r.reached_by), None)
-    written = r.when["all"][0] if fw_stops is not None else r.when
+    written = unguarded(r.when, {"not": fw_stops.reached_unless}) if fw_stops is not None else r.when
     out = [
         f"{r.id}  ({r.severity or 'backend rule: disables ' + str(r.disables)}, area {r.area})",
         f"defined at {r.path}:{r.line}",

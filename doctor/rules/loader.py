@@ -22,7 +22,7 @@ from doctor.model import Fix, Pin, Severity
 from doctor.versions import canonical_name, parse_pin
 from doctor.yamlio import read_yaml
 
-CACHE_FORMAT = 12
+CACHE_FORMAT = 13
 
 
 # --------------------------------------------------------------------------- values
@@ -716,8 +716,32 @@ def _guard_selection(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> 
         for i, r in enumerate(out):
             if r.disables or r.id in upstream or not reads_selection(r.when, fw.id, ids):
                 continue
-            out[i] = replace(r, when={"all": [r.when, guard]}, reached_by=fw.id)
+            out[i] = replace(r, when=_guarded(r.when, fw.id, ids, guard), reached_by=fw.id)
     return out
+
+
+def _guarded(cond: Any, framework: str, ids: set, guard: Mapping[str, Any]) -> Any:
+    """`cond` with each part that reads `framework`'s choice and-ed with `guard`: a leaf, or a
+    `not:` as a whole; `all:`/`any:` are rebuilt around their guarded parts, so an `any:` branch
+    about another library (transformers' flash_attention_2 calling flash-attn itself) keeps firing
+    where only TE stops (check-R1 of sample 26)."""
+    if not reads_selection(cond, framework, ids):
+        return cond
+    for key in ("all", "any"):
+        if key in cond:
+            return {**cond, key: [_guarded(k, framework, ids, guard) for k in cond[key]]}
+    return {"all": [cond, guard]}
+
+
+def unguarded(cond: Any, guard: Mapping[str, Any]) -> Any:
+    """`cond` as written: `_guarded`'s `{all: [part, guard]}` wrappers taken off again."""
+    if isinstance(cond, dict):
+        if set(cond) == {"all"} and len(cond["all"]) == 2 and cond["all"][1] == guard:
+            return unguarded(cond["all"][0], guard)
+        for key in ("all", "any"):
+            if key in cond:
+                return {**cond, key: [unguarded(k, guard) for k in cond[key]]}
+    return cond
 
 
 def finding_refs(cond: Any) -> List[str]:
