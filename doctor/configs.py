@@ -137,12 +137,14 @@ def _axolotl(t: _Taker, doc: Mapping[str, Any]) -> None:
         t.put("deepspeed", "distributed", "deepspeed")
     if doc.get("gradient_accumulation_steps") is not None:
         t.put("gradient_accumulation_steps", "grad_accum_steps", t.int_("gradient_accumulation_steps", doc["gradient_accumulation_steps"]))
-    elif doc.get("batch_size") is not None and doc.get("micro_batch_size") is not None:
-        # axolotl derives it when it is not given: batch_size // micro_batch_size (normalize_config,
-        # v0.6.0 utils/config/__init__.py:61-63, the same in v0.12.2 :99-100), before the model loads
+    elif "gradient_accumulation_steps" in doc and doc.get("batch_size") is not None and doc.get("micro_batch_size") is not None:
+        # written as null: axolotl's schema leaves it out (model_dump(exclude_none=True)) and
+        # normalize_config derives batch_size // micro_batch_size (v0.6.0 utils/config/__init__.py
+        # :61-63, v0.12.2 :99-100). Left out of the file, the schema's default 1 applies instead
+        # (v0.6.0 config/models/input/v0_4_1/__init__.py:412), so nothing is derived (check-R2)
         micro = t.int_("micro_batch_size", doc["micro_batch_size"])
         if micro > 0:
-            t.put("batch_size // micro_batch_size (axolotl derives it)", "grad_accum_steps", t.int_("batch_size", doc["batch_size"]) // micro)
+            t.put("gradient_accumulation_steps: null -> batch_size // micro_batch_size", "grad_accum_steps", t.int_("batch_size", doc["batch_size"]) // micro)
     # a boolean, or "offload"/"offload_disk" (checkpointing with activation offload; schemas/config.py@0.12.2)
     gc = doc.get("gradient_checkpointing")
     if gc is not None:

@@ -63,21 +63,22 @@ def test_torchtitan_model_compile_is_read(tmp_path: Path) -> None:
         assert got.kind == "torchtitan" and got.workload["model_compile"] is want, text
 
 
-def test_axolotl_gradient_accumulation_is_derived_as_axolotl_does(tmp_path: Path) -> None:
-    # axolotl's normalize_config: gradient_accumulation_steps or batch_size // micro_batch_size
-    # (sample 26 row 15: a DeepSpeed run with only batch sizes accumulates 8 steps)
+def test_axolotl_gradient_accumulation_is_read_as_axolotl_reads_it(tmp_path: Path) -> None:
+    # axolotl's schema defaults gradient_accumulation_steps to 1 before normalize_config runs, so
+    # batch sizes alone mean 1 step; only an explicit null is derived as batch_size //
+    # micro_batch_size (sample 26 row 15, and check-R2, which ran axolotl 0.6.0's schema)
     cfg = tmp_path / "axolotl.yaml"
     cfg.write_text("base_model: mistralai/Mistral-7B-v0.1\ndeepspeed: deepspeed_configs/zero2.json\nmicro_batch_size: 2\nbatch_size: 16\n")
     got = read_config(cfg)
-    assert got.kind == "axolotl" and got.workload["grad_accum_steps"] == 8
-    assert "batch_size // micro_batch_size (axolotl derives it) -> grad_accum_steps=8" in got.took
-    # an explicit value wins; without batch_size nothing is derived
-    cfg.write_text("base_model: x\nmicro_batch_size: 2\nbatch_size: 16\ngradient_accumulation_steps: 2\n")
-    assert read_config(cfg).workload["grad_accum_steps"] == 2
-    cfg.write_text("base_model: x\nmicro_batch_size: 2\n")
-    assert "grad_accum_steps" not in read_config(cfg).workload
+    assert got.kind == "axolotl" and "grad_accum_steps" not in got.workload
+    cfg.write_text("base_model: x\nmicro_batch_size: 2\nbatch_size: 16\ngradient_accumulation_steps: null\n")
+    got = read_config(cfg)
+    assert got.workload["grad_accum_steps"] == 8
+    assert "gradient_accumulation_steps: null -> batch_size // micro_batch_size -> grad_accum_steps=8" in got.took
+    cfg.write_text("base_model: x\nmicro_batch_size: 2\ngradient_accumulation_steps: 4\n")
+    assert read_config(cfg).workload["grad_accum_steps"] == 4
     # a malformed batch size is a clear error naming the key
-    cfg.write_text("base_model: x\nmicro_batch_size: 2\nbatch_size: lots\n")
+    cfg.write_text("base_model: x\nmicro_batch_size: 2\nbatch_size: lots\ngradient_accumulation_steps: null\n")
     with pytest.raises(InputError, match="batch_size"):
         read_config(cfg)
 
