@@ -134,12 +134,26 @@ def load_inputs(opts: CheckOptions) -> Inputs:
     else:
         doc = run_probe(opts.probe)
         source = "probe"
-    for r in reads:  # variables the framework sets itself (Megatron's --attention-backend)
+    # Variables the framework sets itself (Megatron-Core's --attention-backend and
+    # --flash-attention-version). Megatron-Core sets one only where it is not exported and asserts
+    # that an exported value equals its own (check_and_set_env_variable, core_v0.11.0 to
+    # core_v0.19.0 language_module.py), so a value in the checked environment is kept for the rules
+    # to judge; --assume-env wins over both.
+    raw_env = doc.get("env")
+    shell: Dict[str, Any] = raw_env if isinstance(raw_env, dict) else {}
+    kept: List[str] = []
+    for r in reads:
         for k, v in r.env.items():
-            env_changes.setdefault(k, v)
+            if k in env_changes:
+                continue
+            if k in shell:
+                if str(shell[k]) != v:
+                    kept.append(f"config {r.path} ({r.kind}): {k} is exported as {str(shell[k])[:40]!r}, not the {v!r} the framework would set; it keeps the exported value (and Megatron-Core asserts they agree), so the exported one is checked")
+                continue
+            env_changes[k] = v
     notes = tuple(f"config {r.path} ({r.kind}) gave: " + "; ".join(r.took) for r in reads if r.took) + tuple(
         f"config {r.path} ({r.kind}): {n}" for r in reads for n in r.notes
-    )
+    ) + tuple(kept)
     inputs = Inputs(
         facts=facts_from_snapshot(doc, source=source),
         workload=workload,

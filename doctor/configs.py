@@ -387,6 +387,7 @@ def _megatron_values(t: _Taker, get: Callable[[str], Any], framework: str) -> No
         off = {f"NVTE_FLASH_ATTN_V{v}": "0" for v in (2, 3, 4) if v != n}
         t.env.update(off)
         t.took.append(f"flash_attention_version: {n} -> " + " ".join(f"{k}={v}" for k, v in off.items()))
+        t.put("flash_attention_version", "flash_attention_version", n)
 
 
 def _megatron_args(t: _Taker, text: str) -> None:

@@ -402,6 +402,9 @@ class Workload:
     tensor_parallel: int = 1
     # Megatron-Core/NeMo --attention-backend (ATTENTION_BACKENDS); None: not stated
     attention_backend: Optional[str] = None
+    # Megatron-Core 0.19+ --flash-attention-version (2, 3 or 4): the model build sets
+    # NVTE_FLASH_ATTN_V{other}=0, asserting any exported value equals that; None: not stated
+    flash_attention_version: Optional[int] = None
     # the use_cache a training forward runs with (from_pretrained/config use_cache, or passed to
     # the forward); None: not stated, so the model config's default (true in most checkpoints)
     use_cache: Optional[bool] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE

@@ -74,6 +74,7 @@ KEYS = (
     "packing",
     "tensor_parallel",
     "attention_backend",
+    "flash_attention_version",
     "use_cache",
     "gradient_checkpointing",
     "model_compile",
@@ -186,6 +187,11 @@ def build(
             out["finetune"] = _choice(key, str(value).replace("-", "_"), FINETUNES, path, line)
         elif key == "attention_backend":
             out["attention_backend"] = _choice(key, str(value).split(".")[-1].lower(), ATTENTION_BACKENDS, path, line)
+        elif key == "flash_attention_version":
+            n = _int(key, value, path, line)
+            if n not in (2, 3, 4):
+                raise _bad(key, value, "expected 2, 3 or 4 (Megatron-Core's --flash-attention-version)", path, line)
+            out[key] = n
         elif key == "model_type":
             text = str(value).strip()
             if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", text):

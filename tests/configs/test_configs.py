@@ -414,3 +414,29 @@ def test_te_log_layout_says_how_a_packed_qkv_was_split(layout: str, interleaved:
     got = read_config(log)
     assert got.workload.get("qkv_weight_interleaved") == interleaved
     assert got.workload["qkv_packed"] == (interleaved is not None)
+
+
+def test_an_exported_nvte_variable_is_kept_over_what_megatron_would_set(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Megatron-Core sets NVTE_*_ATTN (and, 0.19+, NVTE_FLASH_ATTN_V*) only where they are not
+    exported, and asserts an exported value equals its own: a contradicting export in the checked
+    environment stops the model build, so it must not be overwritten by the config's values."""
+    snap = tmp_path / "snap.yaml"
+    base = ("schema_version: 1\npackages: {megatron-core: \"%s\", transformer-engine: \"2.18.0\", torch: \"2.9.0\"}\n"
+            "torch: {version: \"2.9.0\", cuda: \"12.8\"}\ngpus: [{index: 0, name: H100, compute_capability: \"9.0\"}]\nenv: %s\n")
+    args = tmp_path / "args.txt"
+    args.write_text("--num-attention-heads 32 --attention-backend flash --bf16\n")
+
+    def fired(version: str, env: str) -> Any:
+        snap.write_text(base % (version, env))
+        _, doc, _ = _check(capsys, "--env", str(snap), "--config", str(args))
+        return doc, {f["rule_id"] for f in doc["findings"] if f["status"] == "fired"}
+
+    doc, got = fired("0.14.0", "{NVTE_FUSED_ATTN: \"1\"}")
+    assert "MCORE-NVTE-ATTN-ENV-ASSERT" in got
+    assert any("NVTE_FUSED_ATTN is exported as '1'" in n for n in doc["notes"])
+    assert "MCORE-NVTE-ATTN-ENV-ASSERT" not in fired("0.14.0", "{NVTE_FUSED_ATTN: \"0\"}")[1]
+    assert "MCORE-NVTE-ATTN-ENV-ASSERT" not in fired("0.14.0", "{}")[1]
+    # --flash-attention-version 2 on 0.19: an exported NVTE_FLASH_ATTN_V3=1 is asserted against
+    args.write_text("--num-attention-heads 32 --attention-backend flash --flash-attention-version 2 --bf16\n")
+    assert "MCORE-NVTE-ATTN-ENV-ASSERT" in fired("0.19.0", "{NVTE_FLASH_ATTN_V3: \"1\"}")[1]
+    assert "MCORE-NVTE-ATTN-ENV-ASSERT" not in fired("0.19.0", "{NVTE_FLASH_ATTN_V3: \"0\"}")[1]
