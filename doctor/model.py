@@ -161,7 +161,8 @@ def arch_runs_on(arch_list: Optional[Tuple[str, ...]], sm: int, tegra: bool = Fa
 def driver_behind(torch_cuda: Optional[str], driver_cuda: Optional[str]) -> Optional[str]:
     """How the driver's highest CUDA compares with the CUDA torch was built for: "major" (an
     older major: the runtime does not start), "minor" (same major, older minor: minor-version
-    compatibility), "no"; None when either is unknown."""
+    compatibility, which for CUDA 11 needs driver 450.80.02 / 452.39 on Windows or later:
+    TORCH-DRIVER-BEFORE-MINOR-COMPAT), "no"; None when either is unknown."""
     t, d = major_minor(torch_cuda), major_minor(driver_cuda)
     if t is None or d is None:
         return None
