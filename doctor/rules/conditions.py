@@ -619,6 +619,19 @@ def _evaluate_leaf(cond: Mapping[str, Any], ctx: Context) -> Outcome:
                 return Outcome(None, (f"backend {st.id}: " + "; ".join(st.reasons),))
             if st.available != cond["available"]:
                 return FALSE
+        if "available_but_for" in cond:
+            # out, and every rule that put it out is one of these (no other reason, such as the
+            # library not being installed): without them it would be available
+            if st.available is None:
+                return Outcome(None, (f"backend {st.id}: " + "; ".join(st.reasons),))
+            allowed = set(cond["available_but_for"])
+            if (
+                st.available
+                or not st.rule_ids
+                or not set(st.rule_ids) <= allowed
+                or len(st.reasons) > len(st.rule_ids)
+            ):
+                return FALSE
         if "selected" in cond:
             # a TE backend is "selected" only where TE's attention is on the stated path (path.te_attention);
             # a flash-attn one only where code may call flash-attn itself (path.flash_attn_direct):
@@ -677,6 +690,8 @@ def describe(cond: Any) -> str:
         return f"{subject} {'installed' if cond['installed'] else 'not installed'}"
     if "is_set" in cond:
         return f"{subject} {'set' if cond['is_set'] else 'not set'}"
+    if "available_but_for" in cond:
+        return f"{subject} out only for {', '.join(cond['available_but_for'])}"
     for key in ("available", "selected", "has_backend"):
         if key in cond:
             return f"{subject} {key.replace('_', ' ')}" if cond[key] else f"{subject} not {key.replace('_', ' ')}"

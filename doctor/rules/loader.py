@@ -642,6 +642,7 @@ def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule], com
 
     fw_ids = {fw.id for fw in frameworks}
     member_of = {m.id: b.id for fw in frameworks for b in fw.backends for m in b.members}
+    disables_of = {r.id: r.disables for r in rules if r.disables}
     for r in rules:
         for fw_ref in re.findall(r"\{(?:reasons|selected):([^{}]+)\}", r.title + " " + r.message):
             if fw_ref not in fw_ids:
@@ -675,6 +676,16 @@ def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule], com
         for fw_ref in _framework_refs(r.when):
             if fw_ref not in fw_ids:
                 raise RuleError(f"rule {r.id}: refers to unknown framework {fw_ref!r}", path=r.path, line=r.line)
+        # `available_but_for` names rules that disable that very backend
+        for cond in [r.when, *(f.when for f in r.fixes if f.when is not None)]:
+            for bid, leaf in leaves(cond):
+                for rid in leaf.get("available_but_for", ()):
+                    if disables_of.get(rid) != bid:
+                        raise RuleError(
+                            f"rule {r.id}: available_but_for names {rid!r}, which is not a rule that disables {bid!r}",
+                            path=r.path,
+                            line=r.line,
+                        )
     _check_finding_refs(rules, complete)
 
 

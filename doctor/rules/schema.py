@@ -72,7 +72,10 @@ CONDITION: Dict[str, Any] = {
             # require_version, packaging's < and >): 0.18.0rc0 < 0.18.0, pre-releases not set apart
             {"version": {"type": "string", "minLength": 1}, "installed": {"type": "boolean"}, "compare": {"enum": ["plain"]}},
         ),
-        _leaf("backend", {"available": {"type": "boolean"}, "selected": {"type": "boolean"}}),
+        # `available_but_for: [RULE-ID, ...]`: the backend is out, and only these of its rules put
+        # it out (a fix that undoes them, such as an env variable, then makes it available)
+        _leaf("backend", {"available": {"type": "boolean"}, "selected": {"type": "boolean"},
+                          "available_but_for": {"type": "array", "items": {"type": "string"}, "minItems": 1}}),
         _leaf("framework", {"has_backend": {"type": "boolean"}, "selects": {"type": "string"}}),
         # another finding's verdict (finding rules only): `{finding: FA-IMPORT-FAILS, fired: false}` --
         # this failure happens only where that one does not stop the run first

@@ -172,3 +172,56 @@ def test_platform_libc_is_unknown_where_the_snapshot_does_not_say(platform, know
     facts = facts_from_snapshot({"platform": platform}, source="t")
     got = resolve("platform.libc", facts, default_workload())
     assert (got.known, got.value if got.known else None) == (known, value)
+
+
+# --------------------------------------------------------------------------- available_but_for
+# `{backend: B, available_but_for: [RULE, ...]}`: B is out, and only those of its rules put it
+# out (sample 27 row 15: TE-FLASH-FA3-CP-FA2-LAYOUT's NVTE_FLASH_ATTN=0 fix helps only where
+# NVTE_FUSED_ATTN=0 alone keeps FusedAttention out).
+
+_BUT_FOR = {"backend": "te.fused", "available_but_for": ["TE-ENV-FUSED-OFF"]}
+
+
+def _but_for(cudnn: str, env: dict) -> object:
+    from doctor.rules.cases import case_inputs
+    from doctor.rules.conditions import evaluate
+
+    cat = load_catalogue(use_cache=False)
+    case = {
+        "packages": {"transformer-engine": "2.12.0", "flash-attn-3": "3.0.0b1"},
+        "gpu": "9.0",
+        "cudnn": {"version": cudnn},
+        "env": env,
+        "workload": {"head_dim": 128, "dtype": "bf16", "context_parallel": {"size": 2, "comm_type": "p2p", "impl": "te"}},
+    }
+    facts, wl = case_inputs(case)
+    d = diagnose(cat, facts, wl)
+    return evaluate(_BUT_FOR, d.context(facts, wl)).value
+
+
+def test_available_but_for_only_the_env_rule() -> None:
+    assert _but_for("9.12.0", {"NVTE_FUSED_ATTN": "0"}) is True
+
+
+def test_available_but_for_false_when_available() -> None:
+    assert _but_for("9.12.0", {}) is False
+
+
+def test_available_but_for_false_when_a_filter_keeps_it_out_too() -> None:
+    # TE 2.12 refuses cuDNN 9.10.0 for F16 (common/fused_attn/fused_attn.cpp:440-441)
+    assert _but_for("9.10.0", {"NVTE_FUSED_ATTN": "0"}) is False
+    assert _but_for("9.10.0", {}) is False
+
+
+def test_available_but_for_names_a_rule_of_that_backend(tmp_path: Path) -> None:
+    src = (Path(__file__).resolve().parents[2] / "rules").resolve()
+    import shutil
+
+    dst = tmp_path / "rules"
+    shutil.copytree(src, dst)
+    f = dst / "backends" / "te_flash.yaml"
+    text = f.read_text(encoding="utf-8")
+    assert "available_but_for: [TE-ENV-FUSED-OFF]" in text
+    f.write_text(text.replace("available_but_for: [TE-ENV-FUSED-OFF]", "available_but_for: [TE-FLASH-FP32]", 1), encoding="utf-8")
+    with pytest.raises(RuleError, match="not a rule that disables 'te.fused'"):
+        load_catalogue([dst], builtin=False, use_cache=False)
