@@ -63,6 +63,9 @@ def apply_pins(facts: Facts, pins: Iterable[Pin]) -> Facts:
         if "flash-attn" in reinstalled and facts.cuda.flash_attn_archs is not None:
             # the extension read for its GPU code (cuda.flash_attn_archs) is replaced by the wheel
             cuda = replace(cuda, flash_attn_archs=None)
+        if "xformers" in reinstalled and facts.cuda.xformers_fa3 is not None:
+            # the build read for its FlashAttention-3 extension is replaced by the release wheel
+            cuda = replace(cuda, xformers_fa3=None)
         if name == "torch":
             bundle = torch_bundle(version)
             # the new build's compiled architectures were never read: rules fall back on what

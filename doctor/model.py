@@ -54,6 +54,11 @@ class CudaInfo:
     # without CUDA), from the installed xformers/cpp_lib.json (written by its setup.py); None:
     # xformers absent or the file unread
     xformers_build: Optional[str] = None
+    # whether the installed xformers carries its own FlashAttention-3 extension
+    # (xformers/_C_flashattention3.* in 0.0.29-0.0.30, xformers/flash_attn_3/_C.* from 0.0.31);
+    # a source build has it only where its arch list kept 8.0/9.0 or it was built on an sm90 GPU.
+    # None: xformers absent or its folder unread
+    xformers_fa3: Optional[bool] = None
     # the GPU code in the installed flash-attn's extension (flash_attn_2_cuda), read from its
     # .nv_fatbin section (doctor.probe.fatbin): "sm_80", "compute_90", as torch.arch_list
     flash_attn_archs: Optional[Tuple[str, ...]] = None

@@ -43,7 +43,7 @@ SECTION_FIELDS: Dict[str, Dict[str, str]] = {
         "version": "text", "cuda": "text", "hip": "text", "git_version": "text", "cudnn_version": "text",
         "cxx11_abi": "bool", "cuda_available": "bool", "device_count": "int", "arch_list": "text_list",
     },
-    "cuda": {"driver_version": "text", "driver_cuda": "text", "runtime": "text", "runtime_wheels": "text_map", "xformers_build": "text",
+    "cuda": {"driver_version": "text", "driver_cuda": "text", "runtime": "text", "runtime_wheels": "text_map", "xformers_build": "text", "xformers_fa3": "bool",
              "flash_attn_archs": "text_list"},
     "cudnn": {
         "version": "text", "loaded": "text", "loaded_path": "text", "installed": "text", "bundled": "text",

@@ -275,6 +275,10 @@ def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[s
         cuda_section["xformers_build"] = xf
         if why:
             notes.unknown["cuda.xformers_build"] = why
+        fa3, why = cuda_libs.xformers_fa3(scan.modules.get("xformers"))
+        cuda_section["xformers_fa3"] = fa3
+        if why:
+            notes.unknown["cuda.xformers_fa3"] = why
     if "flash-attn" in scan.dists:
         ext = scan.modules.get("flash_attn_2_cuda")
         if ext is None:

@@ -363,3 +363,32 @@ def xformers_build(module_dir: Optional[str]) -> Tuple[Optional[str], Optional[s
     if isinstance(cuda, bool) or not isinstance(cuda, int) or cuda <= 0:
         return None, f"{XFORMERS_BUILD_FILE}: version.cuda is {cuda!r}, not a CUDA version"
     return f"{cuda // 100}.{cuda % 100}", None
+
+
+def xformers_fa3(module_dir: Optional[str]) -> Tuple[Optional[bool], Optional[str]]:
+    """Whether the installed xformers carries its own FlashAttention-3 extension, and why not
+    when the package folder cannot be listed (None, None: xformers is not installed). Its
+    setup.py builds that extension only for the archs it keeps (9.0 in 0.0.29-0.0.30, 8.0/9.0
+    from 0.0.31) from TORCH_CUDA_ARCH_LIST, or, with none set, only on an sm90 build GPU
+    (v0.0.30 setup.py:276-308 get_flash_attention3_nvcc_archs_flags): a source build for
+    "12.0", or one made on another GPU, has none. It lands as xformers/_C_flashattention3.*
+    (0.0.29-0.0.30) or xformers/flash_attn_3/_C.* (0.0.31 on); flash3.py imports whichever
+    is there. True where either file is present, False where neither is."""
+    if module_dir is None:
+        return None, None
+    folder = Path(module_dir)
+    try:
+        top = os.listdir(folder)
+    except OSError as e:
+        return None, f"the xformers package folder could not be listed ({e.strerror or e})"
+    ext = (".so", ".pyd")
+    if any(n.startswith("_C_flashattention3.") and n.endswith(ext) for n in top):
+        return True, None
+    if "flash_attn_3" in top:
+        try:
+            inner = os.listdir(folder / "flash_attn_3")
+        except OSError as e:
+            return None, f"xformers/flash_attn_3 could not be listed ({e.strerror or e})"
+        if any(n.startswith("_C.") and n.endswith(ext) for n in inner):
+            return True, None
+    return False, None

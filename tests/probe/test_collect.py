@@ -154,3 +154,31 @@ def test_an_unreadable_xformers_build_file_is_an_unknown_fact_not_an_error(site:
 def test_no_xformers_no_build_fact(site: Path) -> None:
     doc = collect(loaded=False, sources=sources(site))
     assert "xformers_build" not in doc["cuda"] and "cuda.xformers_build" not in doc["unknown"]
+
+
+def test_whether_xformers_carries_its_flash_attention_3_extension_is_read_from_its_folder(site: Path) -> None:
+    # a source build has the extension only where setup.py kept an 8.0/9.0 arch for it (v0.0.30
+    # setup.py:276-308); the file names are those of PyPI's 0.0.30 and 0.0.32.post2 Linux wheels
+    # (XFORMERS-FA3-ON-BLACKWELL, audit sample 27 row 20)
+    add_dist(site, "xformers", "0.0.30+5e5ff8d.d20250301")
+    add_file(site, "xformers/__init__.py")
+    add_file(site, "xformers/_C.so")
+    add_file(site, "xformers/_C_flashattention.so")  # FlashAttention-2, not 3
+    doc = collect(loaded=False, sources=sources(site))
+    assert doc["cuda"]["xformers_fa3"] is False and "cuda.xformers_fa3" not in doc["unknown"]
+    add_file(site, "xformers/_C_flashattention3.so")
+    assert collect(loaded=False, sources=sources(site))["cuda"]["xformers_fa3"] is True
+
+
+def test_xformers_0_0_31_and_later_keep_flash_attention_3_in_flash_attn_3(site: Path) -> None:
+    add_dist(site, "xformers", "0.0.32+8fc8ec5a.d20250905")
+    add_file(site, "xformers/__init__.py")
+    add_file(site, "xformers/flash_attn_3/__init__.py")  # the Python side ships without the extension
+    assert collect(loaded=False, sources=sources(site))["cuda"]["xformers_fa3"] is False
+    add_file(site, "xformers/flash_attn_3/_C.so")
+    assert collect(loaded=False, sources=sources(site))["cuda"]["xformers_fa3"] is True
+
+
+def test_no_xformers_no_fa3_fact(site: Path) -> None:
+    doc = collect(loaded=False, sources=sources(site))
+    assert "xformers_fa3" not in doc["cuda"] and "cuda.xformers_fa3" not in doc["unknown"]
