@@ -414,6 +414,10 @@ class Workload:
     # the use_cache a training forward runs with (from_pretrained/config use_cache, or passed to
     # the forward); None: not stated, so the model config's default (true in most checkpoints)
     use_cache: Optional[bool] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
+    # ModernBERT's config.deterministic_flash_attn (transformers 4.48+): the `deterministic` its
+    # flash-attention call passes itself, in place of FLASH_ATTENTION_DETERMINISTIC; None: not
+    # stated, so the config's default False (configuration_modernbert.py)
+    deterministic_flash_attn: Optional[bool] = None
     # gradient checkpointing is on (TrainingArguments/axolotl gradient_checkpointing); a
     # transformers model in training then runs its forward with use_cache=False; None: not stated
     gradient_checkpointing: Optional[bool] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE

@@ -76,13 +76,14 @@ KEYS = (
     "attention_backend",
     "flash_attention_version",
     "use_cache",
+    "deterministic_flash_attn",
     "gradient_checkpointing",
     "model_compile",
     "finetune",
 )
 
 # The boolean keys: in a workload file as true/false, on the command line as --KEY / --no-KEY.
-BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "paged_kv_cache", "sdpa_fa3", "pad_between_seqs", "xformers", "vision_tower", "qkv_weight_interleaved", "use_cache", "gradient_checkpointing", "model_compile")
+BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "paged_kv_cache", "sdpa_fa3", "pad_between_seqs", "xformers", "vision_tower", "qkv_weight_interleaved", "use_cache", "deterministic_flash_attn", "gradient_checkpointing", "model_compile")
 
 _DTYPE_ALIASES = {
     "float16": "fp16",
@@ -415,6 +416,9 @@ def _model_keys(cfg: Mapping[str, Any], where: str, overridden: Tuple[str, ...] 
     # a vision tower (Qwen-VL's `visual`, the `vision_config` of InternVL, LLaVA, ...): Qwen-VL
     # shares model_type qwen with Qwen-1 text and Qwen-Audio, whose remote code differs
     out["vision_tower"] = any(isinstance(cfg.get(k), dict) for k in ("visual", "vision_config"))
+    # ModernBERT's switch for the deterministic flash-attention backward (saved in its config.json)
+    if isinstance(c.get("deterministic_flash_attn"), bool):
+        out["deterministic_flash_attn"] = c["deterministic_flash_attn"]
     impl = c.get("_attn_implementation") or c.get("attn_implementation")
     if isinstance(impl, str) and impl in ATTN_IMPLEMENTATIONS:
         out["attn_implementation"] = impl

@@ -293,3 +293,15 @@ def test_bad_finetune_names_the_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(InputError) as exc:
         resolve_workload(flags=parse_workload_flags(["--finetune", "partial"]))
     assert "finetune='partial': expected one of full, lora, qlora, adapter" in exc.value.one_line()
+
+
+@pytest.mark.parametrize("saved, want", [(True, True), (False, False), (None, None)])
+def test_modernbert_deterministic_flash_attn_from_model_config(tmp_path: Path, saved, want) -> None:
+    # ModernBERT saves config.deterministic_flash_attn; its flash-attention call passes it as
+    # `deterministic` (HF-MODERNBERT-FA-DETERMINISTIC-FLAG); absent, the workload leaves it unstated
+    cfg = {"model_type": "modernbert", "hidden_size": 768, "num_attention_heads": 12}
+    if saved is not None:
+        cfg["deterministic_flash_attn"] = saved
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert workload_from_model(tmp_path).get("deterministic_flash_attn") is want
+    assert resolve_workload(model=tmp_path).deterministic_flash_attn is want
