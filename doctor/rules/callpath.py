@@ -286,7 +286,13 @@ _NO_SEARCH_5_0_TO_5_2 = frozenset((
     "bamba", "bloom", "codegen", "falcon", "falcon_h1", "gpt_neo", "gpt_neox_japanese", "gptj", "kosmos-2.5",
     "kosmos2_5", "kyutai_speech_to_text", "mllama", "moshi", "mpt", "musicgen", "musicgen_melody", "nemotron", "opt",
     "persimmon", "recurrent_gemma", "stablelm", "trocr", "xglm", "zamba", "zamba2"))
-_NO_SEARCH_EVER = frozenset(("kosmos-2", "kosmos2", "idefics", "biogpt"))
+# BERT-style decoders (BertLMHeadModel, RobertaForCausalLM and their copies): their own mask in
+# 4.53.1-4.57.x, and from 5.0.0 (through 5.24.0) a create_causal_mask call that is not given the
+# position_ids, or a ones-filled mask (big_bird, megatron-bert, rembert): sample 27 row 12
+_BERT_STYLE_DECODERS = (
+    "bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra", "ernie", "megatron-bert",
+    "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "xlm-roberta", "xlm-roberta-xl", "xmod")
+_NO_SEARCH_EVER = frozenset(("kosmos-2", "kosmos2", "idefics", "biogpt") + _BERT_STYLE_DECODERS)
 # (model_type, transformers range) where the model skips the search in these releases only
 _NO_SEARCH_RANGES = (
     ("gpt2", ">=4.53.1,<4.54.1"), ("chameleon", ">=4.53.1,<4.54.0"), ("opt", ">=5.2.0,<5.18.0"),

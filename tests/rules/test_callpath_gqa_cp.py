@@ -83,6 +83,18 @@ def test_default_sdpa_packed_mask_before_the_backend_is_chosen() -> None:
     assert _path({**HF, "trl": "0.23.1"}, {**wl, "framework": "unsloth"}).packed_mask is False
 
 
+@pytest.mark.parametrize("tf", ["4.57.1", "5.0.0", "5.23.0"])
+@pytest.mark.parametrize("model_type", ["bert", "xlm-roberta", "megatron-bert"])
+def test_bert_style_decoders_never_build_a_packed_mask(tf: str, model_type: str) -> None:
+    """Sample 27 row 12: BERT-style decoders never hand position_ids to the packed-sequence search
+    (their own mask in 4.x; create_causal_mask without position_ids, or a ones-filled mask, in 5.x),
+    so a padding-free batch reaches SDPA with no per-sample mask; Llama in the same run gets one."""
+    wl = {**PF, "attn_implementation": "sdpa", "framework": "trl"}
+    packages = {**HF, "transformers": tf, "trl": "0.23.1"}
+    assert _path(packages, {**wl, "model_type": model_type}).packed_mask is False
+    assert _path(packages, {**wl, "model_type": "llama"}).packed_mask is True
+
+
 @pytest.mark.parametrize(
     "packages,workload,want",
     [
