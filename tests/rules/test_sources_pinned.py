@@ -20,6 +20,8 @@ VENDOR_DOCS = (
     "https://docs.nvidia.com/deploy/cuda-compatibility/",
     "https://docs.nvidia.com/cuda/blackwell-compatibility-guide/",
     "https://docs.nvidia.com/cuda/cuda-c-programming-guide/",
+    # one CUDA release's archived documents (the release is in the path: they do not move)
+    "https://docs.nvidia.com/cuda/archive/",
 )
 
 
