@@ -910,6 +910,9 @@ class BackendStatus:
     reasons: Tuple[str, ...] = ()  # why it is out (or why availability is unknown)
     selected: bool = False  # the one this framework would pick for the workload
     rule_ids: Tuple[str, ...] = ()
+    # out (available False), but some of its other rules could not be decided: what they lacked
+    # (a fix that only lifts the fired rules may or may not bring the backend back)
+    undecided: Tuple[str, ...] = ()
     evidence: Tuple[str, ...] = ()  # what kernel cases saw for this backend
     members: Tuple["BackendStatus", ...] = ()  # a family's sub-backends (te.flash: FA2, FA3, FA4)
     # set when the framework's install is older than the catalogue covers (`covers:`): why nothing

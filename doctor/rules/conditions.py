@@ -632,6 +632,8 @@ def _evaluate_leaf(cond: Mapping[str, Any], ctx: Context) -> Outcome:
                 or len(st.reasons) > len(st.rule_ids)
             ):
                 return FALSE
+            if st.undecided:  # another of its rules could not be decided: it may keep B out too
+                return Outcome(None, tuple(f"backend {st.id}: {u}" for u in st.undecided))
         if "selected" in cond:
             # a TE backend is "selected" only where TE's attention is on the stated path (path.te_attention);
             # a flash-attn one only where code may call flash-attn itself (path.flash_attn_direct):

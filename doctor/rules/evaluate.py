@@ -217,7 +217,8 @@ def _status(b: Backend, fw_id: str, fw_in: Outcome, by_backend: Dict[str, List[R
     if not b.members:
         _, reasons, unknown, fired = _own(b, fw_in, by_backend, ctx, outcomes)
         available, why = _verdict(reasons, unknown)
-        return BackendStatus(id=b.id, framework=fw_id, name=b.name, available=available, reasons=tuple(dict.fromkeys(why)), rule_ids=tuple(fired))
+        return BackendStatus(id=b.id, framework=fw_id, name=b.name, available=available, reasons=tuple(dict.fromkeys(why)), rule_ids=tuple(fired),
+                             undecided=tuple(dict.fromkeys(unknown)) if available is False else ())
     members: Dict[str, BackendStatus] = {}
     installed: Dict[str, Optional[bool]] = {}
     for m in b.members:
@@ -226,7 +227,8 @@ def _status(b: Backend, fw_id: str, fw_in: Outcome, by_backend: Dict[str, List[R
         available, why = _verdict(reasons, unknown)
         if inst is False:
             why = ["not installed"]
-        members[m.id] = BackendStatus(id=m.id, framework=fw_id, name=m.name, available=available, reasons=tuple(dict.fromkeys(why)), rule_ids=tuple(fired))
+        members[m.id] = BackendStatus(id=m.id, framework=fw_id, name=m.name, available=available, reasons=tuple(dict.fromkeys(why)), rule_ids=tuple(fired),
+                                      undecided=tuple(dict.fromkeys(unknown)) if available is False and inst is not False else ())
     _, reasons, unknown, fired = _own(b, fw_in, by_backend, ctx, outcomes)
     rule = next((c for c in b.compose if c.when is None or evaluate(c.when, ctx).value is True), b.compose[-1])
     used = [members[mid] for mid in rule.any_of]
@@ -257,6 +259,7 @@ def _status(b: Backend, fw_id: str, fw_in: Outcome, by_backend: Dict[str, List[R
         available=available,
         reasons=tuple(dict.fromkeys(why)),
         rule_ids=tuple(dict.fromkeys(fired)),
+        undecided=tuple(dict.fromkeys(unknown)) if available is False else (),
         members=tuple(members.values()),
     )
 

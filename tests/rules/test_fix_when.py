@@ -213,6 +213,24 @@ def test_available_but_for_false_when_a_filter_keeps_it_out_too() -> None:
     assert _but_for("9.10.0", {}) is False
 
 
+def test_available_but_for_undecided_when_another_filter_could_not_be_read() -> None:
+    # NVTE_FUSED_ATTN=0 fires, and the cuDNN version that decides TE 2.12's 9.10.0 filter is
+    # unknown: lifting the variable may or may not bring FusedAttention back (check-R2 of sample 27)
+    from doctor.rules.cases import case_inputs
+    from doctor.rules.conditions import evaluate
+
+    cat = load_catalogue(use_cache=False)
+    facts, wl = case_inputs({
+        "packages": {"transformer-engine": "2.12.0", "flash-attn-3": "3.0.0b1"},
+        "gpu": "9.0",
+        "env": {"NVTE_FUSED_ATTN": "0"},
+        "workload": {"head_dim": 128, "dtype": "bf16", "context_parallel": {"size": 2, "comm_type": "p2p", "impl": "te"}},
+    })
+    d = diagnose(cat, facts, wl)
+    got = evaluate(_BUT_FOR, d.context(facts, wl))
+    assert got.value is None and any("cudnn" in m.lower() for m in got.missing)
+
+
 def test_available_but_for_names_a_rule_of_that_backend(tmp_path: Path) -> None:
     src = (Path(__file__).resolve().parents[2] / "rules").resolve()
     import shutil
