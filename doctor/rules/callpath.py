@@ -168,7 +168,9 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
     # stated runs transformers' default SDPA path where default_attention says so (else eager or fa2,
     # or nothing): its mask and GQA form hold there
     has_sdpa = model_supports(packages.get("transformers"), workload.model_type, "sdpa")
-    default_attn = default_attention(workload, packages, framework, has_sdpa)
+    t = facts.torch
+    gpu_torch = None if t.version is None else bool((t.cuda or t.hip) and t.cuda_available is not False)
+    default_attn = default_attention(workload, packages, framework, has_sdpa, gpu_torch)
     # the backend pass (no library decided yet) reads the default call only for a stated framework
     stated_default = default_attn if workload.framework is not None else None
     default_library = LIBRARY_OF_IMPL.get(stated_default or "") if library is None else None
@@ -203,7 +205,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
     )
 
 
-def default_attention(workload: Workload, packages: Mapping[str, str], framework: Optional[str] = None, has_sdpa: Optional[bool] = None) -> Optional[str]:
+def default_attention(workload: Workload, packages: Mapping[str, str], framework: Optional[str] = None, has_sdpa: Optional[bool] = None, gpu_torch: Optional[bool] = None) -> Optional[str]:
     """The attn_implementation a transformers model is loaded with when the workload states none,
     for a transformers-based framework (`framework`: the stated or inferred one; None reads the
     stated one; `has_sdpa`: path.model_has_sdpa, when the caller has it). The one place this knowledge lives: the transformers backend table orders by it
@@ -218,6 +220,13 @@ def default_attention(workload: Workload, packages: Mapping[str, str], framework
     - flash_attention_2 or eager: LLaMA-Factory's Gemma-2 (its `auto` becomes fa2 with flash-attn
       installed, else eager: model_utils/attention.py configure_attn_implementation, 0.8.3-0.9.2
       when training, 0.9.3+ always);
+    - flash_attention_2: ModernBERT on transformers 4.48-5.1, which asks for it first and keeps it
+      wherever is_flash_attn_2_available() holds: a flash_attn module of 2.1.0 or newer and a torch
+      that reaches a CUDA (or ROCm) device; the GPU's architecture is not checked there, so an
+      sm75 card gets flash_attention_2 and fails in it (4.48.0 modeling_modernbert.py:654-683
+      _autoset_attn_implementation with modeling_utils.py:1654-1679; 4.57.1 :624-645 and 5.0.0
+      :690-711 _flash_attn_2_can_dispatch; 5.1.0 :422-438; gone in 5.2.0). `gpu_torch`: torch has
+      CUDA or ROCm and a device (None: not probed, read as yes);
     - None: an attn_implementation is stated, the framework is not transformers-based or picks
       attention itself (verl, XTuner, unsloth, diffusers), or nothing runs (ms-swift 3.7+ with
       padding_free/packing refuses them without a flash attn_impl before the model is built; an
@@ -240,6 +249,10 @@ def default_attention(workload: Workload, packages: Mapping[str, str], framework
         return "eager"
     if model == "gemma2" and tf is not None and version_matches(tf, ">=4.45,<4.48"):
         return "eager"
+    fa = packages.get("flash-attn")
+    if (model == "modernbert" and tf is not None and version_matches(tf, ">=4.48,<5.2") and gpu_torch is not False
+            and fa is not None and version_matches(fa, ">=2.1.0,<3")):
+        return "flash_attention_2"
     return "sdpa"
 
 
