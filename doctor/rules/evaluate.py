@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from doctor.model import STAGE_RANK, BackendStatus, Facts, Finding, FindingStatus, Fix, Severity, Workload
 from doctor.rules.callpath import CallPath, infer
 from doctor.rules.conditions import FALSE, Context, Outcome, describe, evaluate
-from doctor.rules.loader import WHOLE_PLACEHOLDER, Backend, Catalogue, Framework, Rule, finding_refs
+from doctor.rules.loader import WHOLE_PLACEHOLDER, Backend, Catalogue, Framework, Rule
 
 
 @dataclass(frozen=True)
@@ -300,27 +300,6 @@ def rendered_fixes(fixes: Sequence[Fix], ctx: Context) -> Tuple[Fix, ...]:
     )
 
 
-def finding_order(rules: Sequence[Rule]) -> List[Rule]:
-    """The rules in catalogue order, except that a finding comes after every finding its `when`
-    reads (the loader has refused cycles)."""
-    by_id = {r.id: r for r in rules}
-    done: Dict[str, bool] = {}
-    out: List[Rule] = []
-
-    def visit(r: Rule) -> None:
-        if done.get(r.id):
-            return
-        done[r.id] = True
-        for dep in finding_refs(r.when):
-            if dep in by_id:
-                visit(by_id[dep])
-        out.append(r)
-
-    for r in rules:
-        visit(r)
-    return out
-
-
 def _order_by_stage(findings: List[Finding]) -> List[Finding]:
     """Each fired finding with a stage is `behind` every fired error at an earlier stage: that
     error stops the run first, and this one is reached once it is fixed. Findings without a
@@ -344,12 +323,12 @@ def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
     ctx = Context(facts, workload, statuses, selections, has_backend, path)
     loaded = {r.id for r in cat.rules}
     for r in cat.rules:  # a partial catalogue (the loader allows it only without the built-in set)
-        for dep in finding_refs(r.when):
+        for dep in r.reads:
             if dep not in loaded:
                 ctx.findings[dep] = FALSE  # a rule that is not loaded never fires
     findings: List[Finding] = []
     by_id: Dict[str, RuleResult] = {}
-    for rule in finding_order(cat.rules):
+    for rule in cat.evaluation_order:
         if rule.disables:
             got = outcomes.get(rule.id)
             if got is None:  # framework absent: nothing to disable
