@@ -987,7 +987,9 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
         # the catalogue it validated from them (the test suite loads the whole catalogue in ~30
         # modules); any changed byte, even at the same size and time, loads and checks anew
         try:
-            fingerprint = _fingerprint(inputs(), content=True)
+            # `builtin` too: a whole-folder subset loaded without the built-in set skips the
+            # complete-catalogue checks, so it must not stand in for the catalogue itself
+            fingerprint = f"{builtin}-" + _fingerprint(inputs(), content=True)
             seen = _LOADED.get(fingerprint)
             if seen is not None:
                 return seen
@@ -995,7 +997,7 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
             fingerprint = None  # an unreadable file is reported by the load below
     if use_cache:
         try:
-            fingerprint = _fingerprint(inputs())
+            fingerprint = f"{builtin}-" + _fingerprint(inputs())
             seen = _LOADED.get(fingerprint)
             if seen is not None:
                 # same files, same sizes and times: this process read them already (even if the
