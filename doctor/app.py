@@ -21,7 +21,8 @@ from doctor.model import Facts, Finding, Fix, Pin, Report, Severity, Workload
 from doctor.snapshot import facts_from_snapshot
 
 if TYPE_CHECKING:
-    from doctor.fix.plan import FixPlan
+    from doctor.fix.plan import Change, FixPlan
+    from doctor.fix.recheck import Recheck
     from doctor.probe.sources import Sources
     from doctor.rules.cases import CaseOutcome
     from doctor.rules.evaluate import Diagnosis
@@ -331,7 +332,6 @@ def with_planned_fixes(report: Report, inputs: Inputs, diagnosis: "Diagnosis", r
     two commands recommend the same thing (the planner prefers a prebuilt wheel, a real
     release that installs on this Python, and one consistent set over all findings)."""
     from doctor.fix.plan import TARGET_SEVERITIES, plan_fixes
-    from doctor.fix.recheck import recheck
     from doctor.releases.catalogue import load_release_catalogue
 
     # CONTRACT-* findings come from the code, not the catalogue the planner searches over. A
@@ -348,16 +348,38 @@ def with_planned_fixes(report: Report, inputs: Inputs, diagnosis: "Diagnosis", r
         if f.status not in ("fired", "confirmed") or f.rule_id not in plan.cleared or not mine:
             findings.append(f)
             continue
-        if any(p.name == "torch" for c in mine for p in c.fix.pins):
-            # the torch move's companions (flash-attn rebuilt, torchvision/torchaudio for that
-            # torch) belong to the change, as `fix` installs them
-            mine += [c for c in plan.changes if c.origin == "companion" and c not in mine]
-        planned = _combine([c.fix for c in mine])
-        result = recheck(inputs.catalogue, inputs.facts, inputs.workload, planned, (f.rule_id,), before=diagnosis)
+        planned, result = _planned_part(plan.changes, mine, inputs, f.rule_id, diagnosis)
+        if result.new_errors:
+            # this part of the plan alone moves the failure (and the plan's own changes do not
+            # clear what it brings up): not shown as the way out of this finding
+            findings.append(f)
+            continue
         planned = replace(planned, verified=True if result.verified else None, brings_up=result.new_warnings, planned=True)
         rest = tuple(x for x in f.fixes if _action(x) != _action(planned))
         findings.append(replace(f, fixes=(planned,) + rest))
     return replace(report, findings=tuple(findings))
+
+
+def _planned_part(changes: Sequence["Change"], mine: List["Change"], inputs: Inputs, rule_id: str,
+                  diagnosis: "Diagnosis") -> Tuple[Fix, "Recheck"]:
+    """The plan's changes for one finding, as one fix, and its re-check. A change the plan makes
+    only because this one brings up another error belongs to it: transformers 4.55 over torch
+    2.0.1 disables torch (HF-TORCH-TOO-OLD-FOR-TRANSFORMERS-5), so the plan moves torch too, and
+    showing the upgrade alone would offer a fix that loads no model."""
+    from doctor.fix.recheck import recheck
+
+    mine = list(mine)
+    while True:
+        if any(p.name == "torch" for c in mine for p in c.fix.pins):
+            # the torch move's companions (flash-attn rebuilt, torchvision/torchaudio for that
+            # torch) belong to the change, as `fix` installs them
+            mine += [c for c in changes if c.origin == "companion" and c not in mine]
+        planned = _combine([c.fix for c in mine])
+        result = recheck(inputs.catalogue, inputs.facts, inputs.workload, planned, (rule_id,), before=diagnosis)
+        follow = [c for c in changes if c not in mine and c.rule_id in result.new_errors]
+        if not follow:
+            return planned, result
+        mine += follow
 
 
 def _combine(fixes: Sequence[Fix]) -> Fix:

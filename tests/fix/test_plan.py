@@ -297,3 +297,32 @@ def test_check_drops_a_rule_pin_that_breaks_an_installed_package(cat) -> None:  
     broken = uninstallable(facts, Fix("x", pins=(Pin("flash-attn", "2.7.4.post1"),)))
     assert broken and "transformer-engine-torch 1.10.0 requires flash-attn" in broken[0]
     assert uninstallable(facts, Fix("x", pins=(Pin("flash-attn", "2.3.1.post1"),))) == ()
+
+
+def test_check_shows_the_plan_part_with_the_changes_it_needs_or_not_at_all(tmp_path: Path, rel) -> None:  # type: ignore[no-untyped-def]
+    # Audit 28 row 22: the plan upgraded transformers 4.44.2 -> 4.55.0 over torch 2.0.1 and moved
+    # torch because 4.55 disables a torch below 2.1; `check` led the finding with the transformers
+    # pin alone, which re-checked brings that error up ("the plan of `attn-doctor fix`", not
+    # verified). The change the plan makes for what its part brings up now belongs to that part.
+    from doctor import app as core
+    from doctor.rules.evaluate import diagnose
+
+    cat = _catalogue(
+        tmp_path,
+        HEAD
+        + _rule("OLD-TF", '{package: transformers, version: "<4.52"}', '[{description: upgrade transformers, pins: ["transformers==4.55.0"]}]',
+                '{packages: {transformers: "4.44.2"}}', '{packages: {transformers: "4.55.0"}}')
+        + _rule("TF-TORCH-FLOOR", '{all: [{package: transformers, version: ">=4.52"}, {package: torch, version: "<2.1"}]}',
+                '[{description: move torch, pins: ["torch==2.1.2"]}]',
+                '{packages: {transformers: "4.55.0", torch: "2.0.1"}}', '{packages: {transformers: "4.55.0", torch: "2.1.2"}}'),
+    )
+    facts, workload = case_inputs({"packages": {"transformers": "4.44.2", "torch": "2.0.1"}, "torch": {"version": "2.0.1", "cuda": "11.8"},
+                                   "python": {"version": "3.10.12"}})
+    inputs = core.Inputs(facts=facts, workload=workload, catalogue=cat)
+    diagnosis = diagnose(cat, facts, workload)
+    plan = plan_fixes(rel, cat, facts, workload, diagnosis)
+    assert "OLD-TF" in plan.cleared and any(p.startswith("torch==") for p in pins(plan)), pins(plan)
+    report = core.with_planned_fixes(core.check(inputs, diagnosis=diagnosis), inputs, diagnosis)
+    lead = next(f for f in report.findings if f.rule_id == "OLD-TF").fixes[0]
+    assert lead.planned and lead.verified, lead
+    assert {p.name for p in lead.pins} >= {"transformers", "torch"}, lead.pins
