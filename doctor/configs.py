@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from doctor.errors import InputError
-from doctor.model import ATTN_IMPLEMENTATIONS
+from doctor.model import ATTN_IMPLEMENTATIONS, SOFTMAX_TYPES
 from doctor.versions import canonical_name, is_version
 
 MAX_BYTES = 4 * 1024 * 1024
@@ -350,6 +350,15 @@ def _megatron_values(t: _Taker, get: Callable[[str], Any], framework: str) -> No
         t.put(fp8_key, "fp8", True)
     elif fp8 not in (None, False) and not (isinstance(fp8, str) and fp8.lower() in ("none", "false")):
         raise t.bad(fp8_key, fp8, "expected e4m3 or hybrid")
+    # Megatron-Core's TransformerConfig.softmax_type (--softmax-type, core 0.15+): a sink softmax
+    # is handed to TE's DotProductAttention (extensions/transformer_engine.py@core_v0.15.0:968-973)
+    softmax = get("softmax_type")
+    if isinstance(softmax, str) and softmax.startswith("${"):
+        t.notes.append(f"softmax_type {softmax!r} is an interpolation: not read")
+    elif softmax is not None:
+        if str(softmax).replace("_", "-") not in SOFTMAX_TYPES:
+            raise t.bad("softmax_type", softmax, "expected vanilla, off-by-one or learnable")
+        t.put("softmax_type", "softmax_type", str(softmax).replace("_", "-"))
     tp = get("tensor_model_parallel_size")
     if tp is not None and t.int_("tensor_model_parallel_size", tp) > 1:
         t.put("tensor_model_parallel_size", "tensor_parallel", t.int_("tensor_model_parallel_size", tp))

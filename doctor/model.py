@@ -332,6 +332,10 @@ ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
 # prefix tuning, LLaMA-Pro, ...). Under an adapter the framework hands later code a PEFT or Swift
 # wrapper (PeftModelForCausalLM, SwiftModel) instead of the model class (XTUNER-02, XTUNER-09)
 FINETUNES = ("full", "lora", "qlora", "adapter")
+# TransformerEngine DotProductAttention(softmax_type=...) (TE >= 2.8), Megatron-Core's
+# TransformerConfig.softmax_type / --softmax-type (core 0.15+): off-by-one and learnable add an
+# attention sink (a fixed or a learned per-head logit in the softmax denominator, as gpt-oss)
+SOFTMAX_TYPES = ("vanilla", "off-by-one", "learnable")
 DISTRIBUTED = ("ddp", "fsdp", "deepspeed", "megatron")  # how the training loop shards the model (not who runs attention); megatron: Megatron-Core parallelism (e.g. verl's Megatron workers)
 CP_IMPLS = ("te", "torch_ring", "ulysses", "ring_flash_attn")
 ATTN_IMPLEMENTATIONS = (
@@ -428,6 +432,9 @@ class Workload:
     model_compile: Optional[bool] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
     # full fine-tuning or an adapter (FINETUNES); None: not stated, so not known
     finetune: Optional[str] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
+    # the attention softmax TE is asked for (SOFTMAX_TYPES): vanilla, or a sink softmax
+    # (off-by-one, learnable); None: not stated, so not known
+    softmax_type: Optional[str] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
     source: str = "default profile"
     defaulted: Tuple[str, ...] = ()
 
@@ -775,7 +782,7 @@ WORKLOAD_DERIVED = (
 )
 # workload fields whose None means "not known" rather than a value a rule can compare with:
 # a rule that reads one is then not evaluated (the others' None means "not stated", a value)
-WORKLOAD_UNKNOWN_WHEN_NONE = ("vision_tower", "qkv_weight_interleaved", "use_cache", "gradient_checkpointing", "model_compile", "finetune")
+WORKLOAD_UNKNOWN_WHEN_NONE = ("vision_tower", "qkv_weight_interleaved", "use_cache", "gradient_checkpointing", "model_compile", "finetune", "softmax_type")
 
 # --------------------------------------------------------------------------- rule results
 

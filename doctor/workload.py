@@ -20,6 +20,7 @@ from doctor.model import (
     CP_IMPLS,
     ATTENTION_BACKENDS,
     FINETUNES,
+    SOFTMAX_TYPES,
     DISTRIBUTED,
     DTYPES,
     FP8_RECIPES,
@@ -80,6 +81,7 @@ KEYS = (
     "gradient_checkpointing",
     "model_compile",
     "finetune",
+    "softmax_type",
 )
 
 # The boolean keys: in a workload file as true/false, on the command line as --KEY / --no-KEY.
@@ -186,6 +188,8 @@ def build(
             out["distributed"] = _choice(key, value, DISTRIBUTED, path, line)
         elif key == "finetune":
             out["finetune"] = _choice(key, str(value).replace("-", "_"), FINETUNES, path, line)
+        elif key == "softmax_type":
+            out["softmax_type"] = _choice(key, str(value).replace("_", "-"), SOFTMAX_TYPES, path, line)
         elif key == "attention_backend":
             out["attention_backend"] = _choice(key, str(value).split(".")[-1].lower(), ATTENTION_BACKENDS, path, line)
         elif key == "flash_attention_version":

@@ -305,3 +305,17 @@ def test_modernbert_deterministic_flash_attn_from_model_config(tmp_path: Path, s
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert workload_from_model(tmp_path).get("deterministic_flash_attn") is want
     assert resolve_workload(model=tmp_path).deterministic_flash_attn is want
+
+
+def test_softmax_type_is_a_workload_value_unknown_when_not_stated(tmp_path: Path) -> None:
+    # sample-28 row 28: TE >= 2.8 filters its backends on DotProductAttention(softmax_type=...);
+    # not stated it is unknown (a rule reading it is not evaluated), not vanilla
+    assert resolve_workload().softmax_type is None
+    f = tmp_path / "w.yaml"
+    f.write_text("framework: megatron\nsoftmax_type: off_by_one\n")
+    assert resolve_workload(workload_file=f).softmax_type == "off-by-one"
+    got = resolve_workload(workload_file=f, flags=parse_workload_flags(["--softmax-type", "learnable"]))
+    assert got.softmax_type == "learnable"
+    with pytest.raises(InputError) as exc:
+        resolve_workload(flags=parse_workload_flags(["--softmax-type", "sink"]))
+    assert "softmax_type='sink': expected one of vanilla, off-by-one, learnable" in exc.value.one_line()

@@ -88,6 +88,8 @@ CPP_RULES = frozenset(
         "TE-FUSED-SLIDING-WINDOW",
         "TE-FUSED-FP8",
         "TE-FUSED-DETERMINISTIC",
+        # the F16 arbitrary-seqlen backend takes a sink softmax only from cuDNN 9.13.1 (TE 2.8+)
+        "TE-FUSED-SINK-SOFTMAX-CUDNN",
         # ROCm's TE fork: its C++ backend choice (CK for gfx942, AOTriton for gfx942/gfx90a);
         # the oracle runs NVIDIA's releases on CUDA cases, where it never fires
         "TE-FUSED-ROCM-ARCH",
@@ -220,6 +222,8 @@ SEQS = ((4096, 4096), (2048, 2048), (1000, 1000), (512, 512), (2048, 4096), (409
 MASKS = ("no_mask", "causal", "causal_bottom_right", "padding", "padding_causal", "padding_causal_bottom_right", "arbitrary")
 WINDOWS = (None, None, None, (4095, 0), (128, 128), (-1, -1), (-1, 0))
 CPS = ((1, "p2p"), (1, "p2p"), (1, "p2p"), (2, "p2p"), (2, "a2a"), (2, "all_gather"), (4, "a2a+p2p"))
+# TE >= 2.8 softmax_type: mostly vanilla, a sink softmax in one draw of three
+SOFTMAX_TYPES = ("vanilla", "vanilla", "vanilla", "vanilla", "off-by-one", "learnable")
 
 
 def _pick(rng: random.Random, seq: Sequence[Any]) -> Any:
@@ -273,6 +277,11 @@ def generate(version: str, n: int, seed: int) -> List[Dict[str, Any]]:
             "cp_comm_type": cp_comm,
         }
         base["cudnn_int"] = cudnn_int(base["cudnn"])
+        if (major, minor) >= (2, 8):
+            # DotProductAttention(softmax_type=...) from TE 2.8, drawn from its own generator so
+            # that the other draws (and older releases' matrices) stay as they were
+            side = random.Random(f"{seed}:{version}:softmax:{len(out)}")
+            base["softmax_type"] = _pick(side, SOFTMAX_TYPES)
         for verdict in ("supported", "none"):
             case = dict(base)
             case["cpp"] = verdict
@@ -369,6 +378,8 @@ def doctor_case(case: Dict[str, Any]) -> Dict[str, Any]:
     }  # fmt: skip
     if case["window_size"] is not None:
         wl["window_size"] = list(case["window_size"])
+    if "softmax_type" in case:
+        wl["softmax_type"] = case["softmax_type"]
     if case["dtype"] == "fp8":
         wl["fp8_recipe"] = "delayed"  # te_runtime passes DelayedScaling(fp8_dpa=True) as fp8_meta's recipe
     wl["context_parallel"] = {"size": case["cp_size"], "comm_type": case["cp_comm_type"]}

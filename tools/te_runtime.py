@@ -488,6 +488,8 @@ class Release:
             kw["bottom_right_diagonal"] = mask not in ("causal", "padding_causal")
         if "nominal_dtype" in names:
             kw["nominal_dtype"] = dtype
+        if "softmax_type" in names:
+            kw["softmax_type"] = case.get("softmax_type", "vanilla")  # TE >= 2.8
         return mod.AttentionParams(**{k: v for k, v in kw.items() if k in names})
 
     def run(self, case: Dict[str, Any]) -> Dict[str, Any]:

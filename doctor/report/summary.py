@@ -177,6 +177,8 @@ def describe_workload(w: Workload) -> str:
         parts.append(f"window {list(w.window_size or ())}")
     if w.softcap:
         parts.append(f"softcap {w.softcap:g}")
+    if w.softmax_type in ("off-by-one", "learnable"):
+        parts.append(f"{w.softmax_type} softmax")
     if w.alibi:
         parts.append("alibi")
     if w.dropout:

@@ -440,3 +440,15 @@ def test_an_exported_nvte_variable_is_kept_over_what_megatron_would_set(capsys: 
     args.write_text("--num-attention-heads 32 --attention-backend flash --flash-attention-version 2 --bf16\n")
     assert "MCORE-NVTE-ATTN-ENV-ASSERT" in fired("0.19.0", "{NVTE_FLASH_ATTN_V3: \"1\"}")[1]
     assert "MCORE-NVTE-ATTN-ENV-ASSERT" not in fired("0.19.0", "{NVTE_FLASH_ATTN_V3: \"0\"}")[1]
+
+
+def test_megatron_softmax_type_is_read(tmp_path: Path) -> None:
+    # Megatron-Core 0.15+ --softmax-type reaches TE's DotProductAttention(softmax_type=...)
+    args = tmp_path / "args.txt"
+    args.write_text("--num-attention-heads 64 --softmax-type learnable --bf16\n")
+    assert read_config(args).workload["softmax_type"] == "learnable"
+    args.write_text("--num-attention-heads 64 --bf16\n")
+    assert "softmax_type" not in read_config(args).workload
+    args.write_text("--num-attention-heads 64 --softmax-type sink --bf16\n")
+    with pytest.raises(InputError):
+        read_config(args)

@@ -96,3 +96,31 @@ def test_releases_below_the_coverage_are_left_undecided(oracle, model):
     assert {r["case"]["te_version"] for r in old} >= {"1.0.0", "1.8.0"}
     judged = [r["case"]["te_version"] for r in old if not oracle.left_undecided(model.answer(r["case"]))]
     assert not judged, f"releases below the coverage judged anyway: {judged[:10]}"
+
+
+SINKS = REPO / "docs" / "te-oracle" / "cases-softmax-type.jsonl"
+
+
+def _sink_records():
+    return [json.loads(line) for line in SINKS.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_doctor_agrees_with_recorded_te_choices_for_sink_softmax(oracle, model):
+    """TE 2.8-2.20.2 with softmax_type off-by-one / learnable (sample 28 row 28): FlashAttention
+    off, FusedAttention's FP8 / THD / CP / determinism filters, unfused attention's FP8 and THD."""
+    recs = _sink_records()
+    assert {r["case"]["te_version"] for r in recs} >= {"2.8.0", "2.11.0", "2.12.0", "2.15.0", "2.20.2"}
+    assert any("determinism reasons with softmax_type" in x for r in recs for x in r["te"]["reasons"])
+    wrong = []
+    for rec in recs:
+        diff = oracle.compare(rec["te"], model.answer(rec["case"]))
+        if diff is not None:
+            wrong.append(f"{rec['case']['te_version']} sm{rec['case']['sm']} {rec['case']['softmax_type']}: {diff}")
+    assert not wrong, f"{len(wrong)} recorded TE choices the doctor now contradicts:\n" + "\n".join(wrong[:20])
+
+
+def test_sink_softmax_replay_is_not_vacuous(oracle, model):
+    """Taking the softmax type away from the doctor's side (it then reads as vanilla) breaks agreement."""
+    recs = _sink_records()
+    broken = [r for r in recs if oracle.compare(r["te"], model.answer({k: v for k, v in r["case"].items() if k != "softmax_type"}))]
+    assert len(broken) >= 20  # 27 of the 94 recorded cases in the committed file
