@@ -9,6 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict
 
+import pytest
+
 from doctor.fix.plan import distance, plan_fixes
 from doctor.rules.cases import case_inputs
 from doctor.rules.loader import Catalogue, load_catalogue
@@ -166,8 +168,9 @@ def test_the_same_inputs_are_planned_once_per_process(cat, rel) -> None:  # type
     other_facts, _ = case_inputs({**case, "packages": {**case["packages"], "flash-attn": "2.5.8"}})
     other = plan_fixes(rel, cat, other_facts, workload)
     assert other is not first and "flash-attn==2.5.9.post1" not in pins(other)
-    fresh = plan_fixes(rel, load_catalogue(use_cache=False), facts, workload)
-    assert fresh is not first and fresh == first  # another catalogue object: planned again, same result
+    # another catalogue object (a load of the same bytes returns this process's catalogue, so copy it)
+    fresh = plan_fixes(rel, replace(cat), facts, workload)
+    assert fresh is not first and fresh == first  # planned again, same result
     for _ in range(planner._PLANS_MAX + 2):  # the memo stays small
         plan_fixes(rel, cat, facts, replace(workload, seq_len_q=workload.seq_len_q + _ + 1))
     assert len(planner._PLANS) <= planner._PLANS_MAX
@@ -326,3 +329,34 @@ def test_check_shows_the_plan_part_with_the_changes_it_needs_or_not_at_all(tmp_p
     lead = next(f for f in report.findings if f.rule_id == "OLD-TF").fixes[0]
     assert lead.planned and lead.verified, lead
     assert {p.name for p in lead.pins} >= {"transformers", "torch"}, lead.pins
+
+
+@pytest.mark.parametrize("third_fixes", ["[]", '[{description: move fa, pins: ["flash-attn==2.5.8"]}]'])
+def test_check_shows_the_whole_plan_where_it_clears_what_its_part_brings_up_under_another_finding(tmp_path: Path, rel, third_fixes: str) -> None:  # type: ignore[no-untyped-def]
+    # check-R5 of sample 28: the transformers upgrade brings up TF-NEEDS-FA, which the plan clears
+    # with the flash-attn pin it filed under OLD-FA (TF-NEEDS-FA offers nothing of its own, or the
+    # same pin). `check` showed no plan fix for OLD-TF while `fix` says the plan clears it; the
+    # rest of the plan, re-checked clean as a whole, now belongs to OLD-TF's way out.
+    from doctor import app as core
+    from doctor.rules.evaluate import diagnose
+
+    cat = _catalogue(
+        tmp_path,
+        HEAD
+        + _rule("OLD-TF", '{package: transformers, version: "<4.52"}', '[{description: upgrade transformers, pins: ["transformers==4.55.0"]}]',
+                '{packages: {transformers: "4.44.2"}}', '{packages: {transformers: "4.55.0"}}')
+        + _rule("OLD-FA", '{all: [{package: flash-attn, version: "<2.5"}, {package: flash-attn, installed: true}]}',
+                '[{description: move fa, pins: ["flash-attn==2.5.8"]}]', '{packages: {flash-attn: "2.3.3"}}', '{packages: {flash-attn: "2.5.8"}}')
+        + _rule("TF-NEEDS-FA", '{all: [{package: transformers, version: ">=4.52"}, {package: flash-attn, version: "<2.4"}]}', third_fixes,
+                '{packages: {transformers: "4.55.0", flash-attn: "2.3.3"}}', '{packages: {transformers: "4.55.0", flash-attn: "2.5.8"}}'),
+    )
+    facts, workload = case_inputs({"packages": {"transformers": "4.44.2", "torch": "2.4.1", "flash-attn": "2.3.3"},
+                                   "torch": {"version": "2.4.1", "cuda": "12.1", "cxx11_abi": False}, "python": {"version": "3.10.12"}})
+    inputs = core.Inputs(facts=facts, workload=workload, catalogue=cat)
+    diagnosis = diagnose(cat, facts, workload)
+    plan = plan_fixes(rel, cat, facts, workload, diagnosis)
+    assert "OLD-TF" in plan.cleared, plan.cleared
+    report = core.with_planned_fixes(core.check(inputs, diagnosis=diagnosis), inputs, diagnosis)
+    lead = next(f for f in report.findings if f.rule_id == "OLD-TF").fixes[0]
+    assert lead.planned and lead.verified, lead
+    assert {p.name for p in lead.pins} >= {"transformers", "flash-attn"}, lead.pins
