@@ -245,6 +245,14 @@ def build(
             f"workload: num_kv_heads={nkv} must divide num_heads={nh}", path=path, line=lines.get("num_kv_heads")
         )
     defaulted = tuple(name for name in base.defaulted if name not in out)
+    if (out.get("framework", base.framework) == "nemo" and out.get("model_type", base.model_type) == "gpt_oss"
+            and "softmax_type" not in out and base.softmax_type is None):
+        # NeMo's GPT-OSS config gives TransformerEngine a learnable attention sink unless told
+        # otherwise (GPTOSSConfig.softmax_type = "learnable": nemo/collections/llm/gpt/model/
+        # gpt_oss.py:82 in the nemo-toolkit 2.6.0 and 2.7.3 wheels; 2.5 has no GPT-OSS): a default,
+        # listed as one (check-R7 of sample 28)
+        out["softmax_type"] = "learnable"
+        defaulted = tuple(dict.fromkeys(defaulted + ("softmax_type",)))
     return replace(base, **out, source=source, defaulted=defaulted)
 
 

@@ -319,3 +319,16 @@ def test_softmax_type_is_a_workload_value_unknown_when_not_stated(tmp_path: Path
     with pytest.raises(InputError) as exc:
         resolve_workload(flags=parse_workload_flags(["--softmax-type", "sink"]))
     assert "softmax_type='sink': expected one of vanilla, off-by-one, learnable" in exc.value.one_line()
+
+
+def test_a_nemo_gpt_oss_run_defaults_to_the_learnable_sink_its_config_sets(tmp_path: Path) -> None:
+    # check-R7 of sample 28: NeMo's GPTOSSConfig sets softmax_type "learnable", so a NeMo GPT-OSS
+    # run that states nothing hands TransformerEngine a sink; the default is listed as a default
+    f = tmp_path / "w.yaml"
+    f.write_text("framework: nemo\nmodel_type: gpt_oss\n")
+    got = resolve_workload(workload_file=f)
+    assert got.softmax_type == "learnable" and "softmax_type" in got.defaulted
+    f.write_text("framework: nemo\nmodel_type: gpt_oss\nsoftmax_type: vanilla\n")
+    assert resolve_workload(workload_file=f).softmax_type == "vanilla"
+    f.write_text("framework: megatron\nmodel_type: gpt_oss\n")
+    assert resolve_workload(workload_file=f).softmax_type is None
