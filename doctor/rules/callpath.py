@@ -226,7 +226,17 @@ def default_attention(workload: Workload, packages: Mapping[str, str], framework
       sm75 card gets flash_attention_2 and fails in it (4.48.0 modeling_modernbert.py:654-683
       _autoset_attn_implementation with modeling_utils.py:1654-1679; 4.57.1 :624-645 and 5.0.0
       :690-711 _flash_attn_2_can_dispatch; 5.1.0 :422-438; gone in 5.2.0). `gpu_torch`: torch has
-      CUDA or ROCm and a device (None: not probed, read as yes);
+      CUDA or ROCm and a device (None: not probed, read as yes). On an Ascend NPU torch (torch-npu
+      installed, no CUDA or ROCm) the FA2 check itself lets flash_attention_2 through, so
+      ModernBERT keeps it there: 4.51-4.53 with no flash_attn installed (the NPU shortcut,
+      4.51.0 modeling_utils.py:2243-2249, 4.53.3 :2448-2454), 4.54-4.55.2 with a flash_attn
+      distribution installed (its version is read, nothing raises without CUDA/ROCm and the
+      parameter-device check finds no parameters yet: 4.54.1 :2449-2472, :2486-2504), and
+      4.55.3-5.1 whatever is installed (the NPU return comes first: 4.55.3 :2488-2490, 4.57.1
+      :2417-2419, 5.0.0 :1583-1585, 5.1.0 :1548-1550). 4.48-4.50, 4.51-4.53 with flash_attn
+      installed (raises for want of a device_map in from_pretrained; a device_map or from_config
+      would keep flash_attention_2, not modelled) and 4.54-4.55.2 without it fall back to sdpa;
+      4.56-4.57 with `kernels` installed first try a Hub kernel (not modelled);
     - None: an attn_implementation is stated, the framework is not transformers-based or picks
       attention itself (verl, XTuner, unsloth, diffusers), or nothing runs (ms-swift 3.7+ with
       padding_free/packing refuses them without a flash attn_impl before the model is built; an
@@ -252,6 +262,11 @@ def default_attention(workload: Workload, packages: Mapping[str, str], framework
     fa = packages.get("flash-attn")
     if (model == "modernbert" and tf is not None and version_matches(tf, ">=4.48,<5.2") and gpu_torch is not False
             and fa is not None and version_matches(fa, ">=2.1.0,<3")):
+        return "flash_attention_2"
+    if model == "modernbert" and tf is not None and gpu_torch is not True and packages.get("torch-npu") is not None and (
+            version_matches(tf, ">=4.55.3,<5.2")
+            or (fa is None and version_matches(tf, ">=4.51,<4.54"))
+            or (fa is not None and version_matches(tf, ">=4.54,<4.55.3"))):
         return "flash_attention_2"
     return "sdpa"
 

@@ -211,6 +211,33 @@ def test_transformers_default_attention_is_what_loads(framework: Optional[str], 
     assert d.path.library == ("eager" if want.endswith("eager") else "torch-sdpa")
 
 
+@pytest.mark.parametrize(
+    "packages,want",
+    [
+        # the NPU shortcut of 4.51-4.53 needs flash_attn missing; 4.54-4.55.2 read its metadata
+        # (ImportError without it, caught: sdpa); 4.55.3-5.1 return True on an NPU first
+        ({"transformers": "4.50.3"}, "sdpa"),
+        ({"transformers": "4.51.0"}, "flash_attention_2"),
+        ({"transformers": "4.53.3"}, "flash_attention_2"),
+        ({"transformers": "4.53.3", "flash-attn": "2.8.3"}, "sdpa"),
+        ({"transformers": "4.55.2"}, "sdpa"),
+        ({"transformers": "4.54.1", "flash-attn": "2.8.3"}, "flash_attention_2"),
+        ({"transformers": "4.55.3"}, "flash_attention_2"),
+        ({"transformers": "5.1.0", "flash-attn": "2.8.3"}, "flash_attention_2"),
+        ({"transformers": "5.2.0"}, "sdpa"),
+    ],
+)
+def test_modernbert_default_on_an_ascend_npu(packages: Dict[str, str], want: str) -> None:
+    """ModernBERT asks for flash_attention_2 first; on an Ascend NPU torch (torch-npu, no CUDA or
+    ROCm) transformers' FA2 check lets it through in these releases (callpath.default_attention)."""
+    npu = {"packages": {"torch": "2.5.1", "torch-npu": "2.5.1", **packages}, "torch": {"version": "2.5.1", "cuda": None, "hip": None}}
+    facts, wl = case_inputs({**npu, "workload": {"framework": "transformers", "model_type": "modernbert"}})
+    assert infer(facts, wl).default_attention == want
+    # without torch-npu the same CPU-only torch gets sdpa
+    facts, wl = case_inputs({**npu, "packages": {k: v for k, v in npu["packages"].items() if k != "torch-npu"}, "workload": {"framework": "transformers", "model_type": "modernbert"}})
+    assert infer(facts, wl).default_attention == "sdpa"
+
+
 def test_framework_not_probed_is_unknown_not_none() -> None:
     """With no framework stated and no packages probed, the call path says the framework is not
     known (a rule reading it is not evaluated) rather than that there is none."""
