@@ -229,11 +229,12 @@ def default_attention(workload: Workload, packages: Mapping[str, str], framework
       CUDA or ROCm and a device (None: not probed, read as yes). On an Ascend NPU torch (torch-npu
       installed, no CUDA or ROCm) the FA2 check itself lets flash_attention_2 through, so
       ModernBERT keeps it there: 4.51-4.53 with no flash_attn installed (the NPU shortcut,
-      4.51.0 modeling_utils.py:2243-2249, 4.53.3 :2448-2454), 4.54-4.55.2 with a flash_attn
+      4.51.0 modeling_utils.py:2243-2249, 4.53.3 :2448-2454), 4.54.1-4.55.2 with a flash_attn
       distribution installed (its version is read, nothing raises without CUDA/ROCm and the
       parameter-device check finds no parameters yet: 4.54.1 :2449-2472, :2486-2504), and
       4.55.3-5.1 whatever is installed (the NPU return comes first: 4.55.3 :2488-2490, 4.57.1
-      :2417-2419, 5.0.0 :1583-1585, 5.1.0 :1548-1550). 4.48-4.50, 4.51-4.53 with flash_attn
+      :2417-2419, 5.0.0 :1583-1585, 5.1.0 :1548-1550). 4.54.0 keeps sdpa everywhere (its ModernBERT
+      override is never called). 4.48-4.50, 4.51-4.53 with flash_attn
       installed (raises for want of a device_map in from_pretrained; a device_map or from_config
       would keep flash_attention_2, not modelled) and 4.54-4.55.2 without it fall back to sdpa;
       4.56-4.57 with `kernels` installed first try a Hub kernel (not modelled);
@@ -260,13 +261,19 @@ def default_attention(workload: Workload, packages: Mapping[str, str], framework
     if model == "gemma2" and tf is not None and version_matches(tf, ">=4.45,<4.48"):
         return "eager"
     fa = packages.get("flash-attn")
+    # 4.54.0 only: ModernBERT overrides set_attention_implementation, which nothing in that
+    # release calls (4.54.0 modeling_modernbert.py:614-632; modeling_utils.py has no such method),
+    # so its flash-first choice never runs and the default sdpa stays (check-R8 of sample 28);
+    # 4.54.1 overrides _check_and_adjust_attn_implementation, the hook that is called (:616)
+    if model == "modernbert" and tf is not None and version_matches(tf, "==4.54.0"):
+        return "sdpa"
     if (model == "modernbert" and tf is not None and version_matches(tf, ">=4.48,<5.2") and gpu_torch is not False
             and fa is not None and version_matches(fa, ">=2.1.0,<3")):
         return "flash_attention_2"
     if model == "modernbert" and tf is not None and gpu_torch is not True and packages.get("torch-npu") is not None and (
             version_matches(tf, ">=4.55.3,<5.2")
             or (fa is None and version_matches(tf, ">=4.51,<4.54"))
-            or (fa is not None and version_matches(tf, ">=4.54,<4.55.3"))):
+            or (fa is not None and version_matches(tf, ">=4.54.1,<4.55.3"))):
         return "flash_attention_2"
     return "sdpa"
 

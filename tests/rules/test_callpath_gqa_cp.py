@@ -222,6 +222,8 @@ def test_transformers_default_attention_is_what_loads(framework: Optional[str], 
         ({"transformers": "4.53.3", "flash-attn": "2.8.3"}, "sdpa"),
         ({"transformers": "4.55.2"}, "sdpa"),
         ({"transformers": "4.54.1", "flash-attn": "2.8.3"}, "flash_attention_2"),
+        # 4.54.0's ModernBERT override is never called (check-R8 of sample 28)
+        ({"transformers": "4.54.0", "flash-attn": "2.8.3"}, "sdpa"),
         ({"transformers": "4.55.3"}, "flash_attention_2"),
         ({"transformers": "5.1.0", "flash-attn": "2.8.3"}, "flash_attention_2"),
         ({"transformers": "5.2.0"}, "sdpa"),
@@ -249,3 +251,13 @@ def test_framework_not_probed_is_unknown_not_none() -> None:
     assert path.why_unknown("framework")
     stated = infer(*case_inputs({"packages": {"torch": "2.8.0"}, "workload": {}}))
     assert stated.why_unknown("framework") is None
+
+
+def test_modernbert_on_4_54_0_keeps_sdpa_on_a_gpu_too() -> None:
+    """4.54.0 overrides set_attention_implementation, which nothing in that release calls, so
+    ModernBERT's flash-first choice does not run there; 4.54.1 overrides the hook that is called."""
+    gpu = {"torch": {"version": "2.8.0", "cuda": "12.8", "cuda_available": True}, "gpu": "8.0"}
+    for tf, want in (("4.54.0", "sdpa"), ("4.54.1", "flash_attention_2"), ("4.53.3", "flash_attention_2")):
+        facts, wl = case_inputs({**gpu, "packages": {"torch": "2.8.0", "transformers": tf, "flash-attn": "2.8.3"},
+                                 "workload": {"framework": "transformers", "model_type": "modernbert"}})
+        assert infer(facts, wl).default_attention == want, tf
