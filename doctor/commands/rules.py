@@ -106,7 +106,7 @@ def show_rule(
     if r.alongside:
         out.append("fires alongside (both really happen on such inputs):")
         out.extend(f"  {rid}: {why}" for rid, why in r.alongside)
-    readers = [x.id for x in cat.rules if r.id in finding_refs(x.when)]
+    readers = [x.id for x in cat.rules if r.id in x.reads]
     if readers:
         out.append("stops first for (these read its verdict): " + ", ".join(readers))
     if r.kernels:

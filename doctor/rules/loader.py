@@ -749,7 +749,7 @@ def _guard_selection(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> 
                 continue
             upstream.add(rid)
             if rid in by_id:
-                todo.extend(finding_refs(by_id[rid].when))
+                todo.extend(by_id[rid].reads)
         guard = {"not": fw.reached_unless}
         for i, r in enumerate(out):
             if r.disables or r.id in upstream or not reads_selection(r.when, fw.id, ids):
@@ -800,7 +800,7 @@ def _check_finding_refs(rules: Sequence[Rule], complete: bool = True) -> None:
     and any --rules-dir on top of it, must resolve every name."""
     by_id = {r.id: r for r in rules}
     for r in rules:
-        refs = finding_refs(r.when)
+        refs = list(r.reads)
         if refs and r.disables:
             raise RuleError(f"rule {r.id}: a backend rule may not depend on a finding", path=r.path, line=r.line,
                             hint="findings are evaluated after backend availability")
@@ -820,7 +820,7 @@ def _check_finding_refs(rules: Sequence[Rule], complete: bool = True) -> None:
             raise RuleError(f"rule {r.id}: findings read each other in a cycle: {' -> '.join(chain + [r.id])}",
                             path=r.path, line=r.line, hint="one of them must not depend on the other")
         state[r.id] = 1
-        for rid in finding_refs(r.when):
+        for rid in r.reads:
             if rid in by_id:
                 visit(by_id[rid], chain + [r.id])
         state[r.id] = 2
@@ -982,33 +982,25 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
         others = [] if builtin else [f for f in _files([rules_dir()]) if f not in files]
         return [*files, *startup, *others]
 
-    if not use_cache:
-        # no disk cache (rules lint, the tests): a process that reads the same bytes again gets
-        # the catalogue it validated from them (the test suite loads the whole catalogue in ~30
-        # modules); any changed byte, even at the same size and time, loads and checks anew
-        try:
-            # `builtin` too: a whole-folder subset loaded without the built-in set skips the
-            # complete-catalogue checks, so it must not stand in for the catalogue itself
-            fingerprint = f"{builtin}-" + _fingerprint(inputs(), content=True)
-            seen = _LOADED.get(fingerprint)
-            if seen is not None:
-                return seen
-        except OSError:
-            fingerprint = None  # an unreadable file is reported by the load below
-    if use_cache:
-        try:
-            fingerprint = f"{builtin}-" + _fingerprint(inputs())
-            seen = _LOADED.get(fingerprint)
-            if seen is not None:
-                # same files, same sizes and times: this process read them already (even if the
-                # cache folder moved since, as $XDG_CACHE_HOME does between tests)
-                return seen
+    try:
+        # This process's catalogues, by their files: sizes and times where the disk cache is used;
+        # bytes without it (rules lint, the tests, which load the whole catalogue in ~30 modules),
+        # so that any changed byte, even at the same size and time, loads and checks anew. And
+        # `builtin`: a whole-folder subset loaded without the built-in set skips the
+        # complete-catalogue checks, so it must not stand in for the catalogue itself
+        fingerprint = f"{builtin}-" + _fingerprint(inputs(), content=not use_cache)
+        seen = _LOADED.get(fingerprint)
+        if seen is not None:
+            # this process read them already (even if the cache folder moved since, as
+            # $XDG_CACHE_HOME does between tests)
+            return seen
+        if use_cache:
             cache_dir = _cache_dir()
             cache_file = cache_dir / f"catalogue-{fingerprint}.json" if cache_dir else None
             if cache_file and cache_file.is_file():
                 return _LOADED.put(fingerprint, _from_json(json.loads(cache_file.read_text(encoding="utf-8"))))
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # unreadable or stale cache: rebuilt below and overwritten
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # an unreadable file is reported by the load below; a stale cache is rebuilt and overwritten
     frameworks: List[Framework] = []
     rules: List[Rule] = []
     docs = [(f, _read_file(f)) for f in files]

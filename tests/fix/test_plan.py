@@ -302,14 +302,25 @@ def test_check_drops_a_rule_pin_that_breaks_an_installed_package(cat) -> None:  
     assert uninstallable(facts, Fix("x", pins=(Pin("flash-attn", "2.3.1.post1"),))) == ()
 
 
+def _check_lead(rel, cat: Catalogue, case: Dict[str, Any], rule_id: str):  # type: ignore[no-untyped-def]
+    """The fix plan for a case, and the first fix `check` shows for `rule_id` (after the plan is
+    laid over the findings, as `check` does)."""
+    from doctor import app as core
+    from doctor.rules.evaluate import diagnose
+
+    facts, workload = case_inputs(case)
+    inputs = core.Inputs(facts=facts, workload=workload, catalogue=cat)
+    diagnosis = diagnose(cat, facts, workload)
+    plan = plan_fixes(rel, cat, facts, workload, diagnosis)
+    report = core.with_planned_fixes(core.check(inputs, diagnosis=diagnosis), inputs, diagnosis)
+    return plan, next(f for f in report.findings if f.rule_id == rule_id).fixes[0]
+
+
 def test_check_shows_the_plan_part_with_the_changes_it_needs_or_not_at_all(tmp_path: Path, rel) -> None:  # type: ignore[no-untyped-def]
     # Audit 28 row 22: the plan upgraded transformers 4.44.2 -> 4.55.0 over torch 2.0.1 and moved
     # torch because 4.55 disables a torch below 2.1; `check` led the finding with the transformers
     # pin alone, which re-checked brings that error up ("the plan of `attn-doctor fix`", not
     # verified). The change the plan makes for what its part brings up now belongs to that part.
-    from doctor import app as core
-    from doctor.rules.evaluate import diagnose
-
     cat = _catalogue(
         tmp_path,
         HEAD
@@ -319,14 +330,9 @@ def test_check_shows_the_plan_part_with_the_changes_it_needs_or_not_at_all(tmp_p
                 '[{description: move torch, pins: ["torch==2.1.2"]}]',
                 '{packages: {transformers: "4.55.0", torch: "2.0.1"}}', '{packages: {transformers: "4.55.0", torch: "2.1.2"}}'),
     )
-    facts, workload = case_inputs({"packages": {"transformers": "4.44.2", "torch": "2.0.1"}, "torch": {"version": "2.0.1", "cuda": "11.8"},
-                                   "python": {"version": "3.10.12"}})
-    inputs = core.Inputs(facts=facts, workload=workload, catalogue=cat)
-    diagnosis = diagnose(cat, facts, workload)
-    plan = plan_fixes(rel, cat, facts, workload, diagnosis)
+    plan, lead = _check_lead(rel, cat, {"packages": {"transformers": "4.44.2", "torch": "2.0.1"}, "torch": {"version": "2.0.1", "cuda": "11.8"},
+                                        "python": {"version": "3.10.12"}}, "OLD-TF")
     assert "OLD-TF" in plan.cleared and any(p.startswith("torch==") for p in pins(plan)), pins(plan)
-    report = core.with_planned_fixes(core.check(inputs, diagnosis=diagnosis), inputs, diagnosis)
-    lead = next(f for f in report.findings if f.rule_id == "OLD-TF").fixes[0]
     assert lead.planned and lead.verified, lead
     assert {p.name for p in lead.pins} >= {"transformers", "torch"}, lead.pins
 
@@ -337,9 +343,6 @@ def test_check_shows_the_whole_plan_where_it_clears_what_its_part_brings_up_unde
     # with the flash-attn pin it filed under OLD-FA (TF-NEEDS-FA offers nothing of its own, or the
     # same pin). `check` showed no plan fix for OLD-TF while `fix` says the plan clears it; the
     # rest of the plan, re-checked clean as a whole, now belongs to OLD-TF's way out.
-    from doctor import app as core
-    from doctor.rules.evaluate import diagnose
-
     cat = _catalogue(
         tmp_path,
         HEAD
@@ -350,13 +353,8 @@ def test_check_shows_the_whole_plan_where_it_clears_what_its_part_brings_up_unde
         + _rule("TF-NEEDS-FA", '{all: [{package: transformers, version: ">=4.52"}, {package: flash-attn, version: "<2.4"}]}', third_fixes,
                 '{packages: {transformers: "4.55.0", flash-attn: "2.3.3"}}', '{packages: {transformers: "4.55.0", flash-attn: "2.5.8"}}'),
     )
-    facts, workload = case_inputs({"packages": {"transformers": "4.44.2", "torch": "2.4.1", "flash-attn": "2.3.3"},
-                                   "torch": {"version": "2.4.1", "cuda": "12.1", "cxx11_abi": False}, "python": {"version": "3.10.12"}})
-    inputs = core.Inputs(facts=facts, workload=workload, catalogue=cat)
-    diagnosis = diagnose(cat, facts, workload)
-    plan = plan_fixes(rel, cat, facts, workload, diagnosis)
+    plan, lead = _check_lead(rel, cat, {"packages": {"transformers": "4.44.2", "torch": "2.4.1", "flash-attn": "2.3.3"},
+                                        "torch": {"version": "2.4.1", "cuda": "12.1", "cxx11_abi": False}, "python": {"version": "3.10.12"}}, "OLD-TF")
     assert "OLD-TF" in plan.cleared, plan.cleared
-    report = core.with_planned_fixes(core.check(inputs, diagnosis=diagnosis), inputs, diagnosis)
-    lead = next(f for f in report.findings if f.rule_id == "OLD-TF").fixes[0]
     assert lead.planned and lead.verified, lead
     assert {p.name for p in lead.pins} >= {"transformers", "flash-attn"}, lead.pins
