@@ -142,23 +142,42 @@ def major_minor(text: Optional[str]) -> Optional[Tuple[int, int]]:
 TEGRA_SMS = frozenset({53, 62, 72, 87})
 
 
+# NVIDIA's family-specific targets (suffix "f", CUDA 12.9+) cover the later minors of their major
+# "with a few exceptions": in the CUDA 12.9 Programming Guide's table compute_100f runs on 10.0 and
+# 10.3, not on 10.1 (Jetson Thor under CUDA 12.9; CUDA 13 renumbers it 11.0). Pairs (target, GPU).
+FAMILY_EXCLUDES = frozenset({(100, 101)})
+
+
 def arch_runs_on(arch_list: Optional[Tuple[str, ...]], sm: int, tegra: bool = False) -> Optional[bool]:
-    """Whether a build for `arch_list` ("sm_80", "compute_120", ...) has code for a GPU of
-    compute capability `sm` (86 for 8.6): a cubin of the same major and an equal or lower minor
-    (on a Tegra GPU, `tegra`, only its own cubin), or PTX of an equal or lower architecture that
-    the driver compiles; None without a list."""
+    """Whether a build for `arch_list` ("sm_80", "compute_120", "sm_90a", "compute_100f", ...)
+    has code for a GPU of compute capability `sm` (86 for 8.6); None without a list.
+
+    A plain cubin runs on its major at an equal or higher minor (on a Tegra GPU, `tegra`, only
+    on its own SM); plain PTX on any equal or newer architecture (the driver compiles it). An
+    architecture-specific target (suffix "a", sm_90a/compute_90a) runs only on exactly its
+    compute capability, cubin and PTX alike; a family-specific one (suffix "f") on its major at
+    an equal or higher minor, never on another major (CUDA C Programming Guide 12.9, "Feature
+    Set Compiler Targets"). An entry of another form is skipped."""
     if arch_list is None:
         return None
     major, minor = divmod(sm, 10)
     for entry in arch_list:
         kind, _, num = entry.partition("_")
-        digits = "".join(ch for ch in num if ch.isdigit())
-        if not digits:
+        suffix = num[-1:] if num[-1:] in ("a", "f") else ""
+        digits = num[: len(num) - len(suffix)]
+        if not digits.isdigit() or kind not in ("sm", "compute"):
             continue
         a_major, a_minor = divmod(int(digits), 10)
-        if kind == "sm" and a_major == major and (a_minor == minor if tegra else a_minor <= minor):
-            return True
-        if kind == "compute" and (a_major, a_minor) <= (major, minor):
+        if suffix == "a":
+            runs = (a_major, a_minor) == (major, minor)
+        elif suffix == "f" or kind == "sm":
+            # a cubin, or family PTX: the same major at an equal or higher minor
+            runs = a_major == major and (a_minor == minor if tegra and kind == "sm" else a_minor <= minor)
+            if suffix == "f" and (int(digits), sm) in FAMILY_EXCLUDES:
+                runs = False
+        else:
+            runs = (a_major, a_minor) <= (major, minor)
+        if runs:
             return True
     return False
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from doctor.model import arch_runs_on
 from doctor.snapshot import facts_from_snapshot
 from doctor.rules.conditions import Context, evaluate
 from doctor.versions import version_matches
@@ -154,6 +155,42 @@ def test_arch_runs_gpu_follows_cubin_and_ptx_compatibility() -> None:
     assert runs(["sm_120", "compute_120"], "12.1") is True
     assert runs(["sm_90", "compute_120"], "10.0") is False  # PTX never runs on an older GPU
     assert runs(["sm_100"], "10.3") is True
+
+
+def test_arch_specific_targets_run_only_on_their_own_compute_capability() -> None:
+    """NVIDIA's "a" targets (sm_90a, compute_100a) run only on exactly their compute capability,
+    cubin and PTX alike; "f" targets (CUDA 12.9+) on later minors of their major, never on another
+    major, and compute_100f not on 10.1 (CUDA 12.9 Programming Guide, Feature Set Compiler
+    Targets). Plain PTX still JIT-compiles on any newer GPU."""
+    assert arch_runs_on(("sm_90a", "sm_100a"), 103) is False  # a custom "9.0a;10.0a" build on a B300
+    assert arch_runs_on(("sm_90a", "sm_100a"), 100) is True
+    assert arch_runs_on(("sm_90a",), 90) is True
+    assert arch_runs_on(("sm_120a",), 121) is False  # GB10 (12.1) runs no sm_120a cubin
+    assert arch_runs_on(("sm_80", "compute_90a"), 100) is False  # no JIT of arch-specific PTX
+    assert arch_runs_on(("compute_100a",), 100) is True
+    assert arch_runs_on(("sm_100f",), 103) is True
+    assert arch_runs_on(("sm_100f",), 100) is True
+    assert arch_runs_on(("sm_103f",), 100) is False  # never an older minor
+    assert arch_runs_on(("sm_100f", "compute_100f"), 120) is False  # family PTX stays in its major
+    assert arch_runs_on(("compute_120f",), 121) is True
+    assert arch_runs_on(("sm_100f", "compute_100f"), 101) is False  # 10.1 is outside the 10.0 family
+    assert arch_runs_on(("sm_100",), 103) is True  # a plain cubin keeps minor compatibility
+    assert arch_runs_on(("compute_90",), 120) is True  # plain PTX: any newer major
+    assert arch_runs_on(("compute_90",), 89) is False
+    assert arch_runs_on(("sm_90x", "sm_", "weird_90"), 90) is False  # other forms are skipped
+    assert arch_runs_on(("sm_87f",), 87, tegra=True) is True
+    assert arch_runs_on(("sm_86f",), 87, tegra=True) is False  # Tegra: a cubin only on its own SM
+
+
+def test_flash_attn_arch_runs_gpu_reads_the_suffix_too() -> None:
+    def runs(archs: list, cc: str) -> object:
+        doc = {"packages": {"flash-attn": "2.8.3"}, "cuda": {"flash_attn_archs": archs},
+               "gpus": [{"name": "g", "compute_capability": cc}]}
+        return evaluate({"fact": "flash_attn.arch_runs_gpu", "eq": True}, ctx(doc)).value
+
+    assert runs(["sm_80", "sm_90a", "sm_100a"], "10.3") is False
+    assert runs(["sm_80", "sm_90a", "sm_100a"], "10.0") is True
+    assert runs(["sm_80", "sm_90", "sm_100", "sm_120"], "10.3") is True
 
 
 def test_a_jetson_gpu_under_cuda_12_runs_only_its_own_cubin_or_older_ptx() -> None:
