@@ -129,3 +129,20 @@ def test_a_backend_rule_has_no_stage(tmp_path: Path) -> None:
     )
     with pytest.raises(RuleError):
         load_catalogue([p], builtin=False, use_cache=False)
+
+
+def test_fa3_step_failures_are_listed_behind_te_failing_to_import_the_fa3_interface() -> None:
+    # TE 2.8-2.14 import flash_attn_3.flash_attn_interface, which FA3 3.0.0's own build does not
+    # install: the import stops the run first, and FA3's deterministic-backward refusal (reached
+    # once the interface is copied into place) is listed behind it (sample 29 row 15)
+    cat = load_catalogue()
+    facts, wl = case_inputs({
+        "packages": {"transformer-engine": "2.8.0", "flash-attn-3": "3.0.0"},
+        "gpu": "9.0",
+        "env": {"NVTE_FUSED_ATTN": "0"},
+        "imports": {"transformer_engine.pytorch": {"status": "error", "error": "ModuleNotFoundError: No module named 'flash_attn_3.flash_attn_interface'"}},
+        "workload": {"head_dim": 256, "deterministic": True, "training": True},
+    })
+    got = {f.rule_id: f for f in diagnose(cat, facts, wl).findings if f.status == "fired"}
+    assert got["TE-FA3-INTERFACE-MISSING"].behind == ()
+    assert got["TE-FLASH-FA3-DETERMINISTIC-BWD-RAISES"].behind == ("TE-FA3-INTERFACE-MISSING",)
