@@ -239,9 +239,10 @@ def default_attention(workload: Workload, packages: Mapping[str, str], framework
       would keep flash_attention_2, not modelled) and 4.54-4.55.2 without it fall back to sdpa;
       4.56-4.57 with `kernels` installed first try a Hub kernel (not modelled);
     - None: an attn_implementation is stated, the framework is not transformers-based or picks
-      attention itself (verl, XTuner, unsloth, diffusers), or nothing runs (ms-swift 3.7+ with
-      padding_free/packing refuses them without a flash attn_impl before the model is built; an
-      unknown ms-swift is read the same)."""
+      attention itself (verl, XTuner, unsloth, diffusers), or nothing runs (ms-swift 3.4.1+ with
+      padding_free/packing refuses them without a flash attn_impl before the model is built:
+      3.4.1 train_args.py:139-141 (--packing, the only flag then), 3.5.0 :135-143, 3.7.0 :136-144;
+      SWIFT-PACKING-NEEDS-FLASH-ATTN; an unknown ms-swift is read the same)."""
     from doctor.versions import version_matches
 
     framework = workload.framework if framework is None else framework
@@ -249,7 +250,7 @@ def default_attention(workload: Workload, packages: Mapping[str, str], framework
         return None
     tf, model = packages.get("transformers"), workload.model_type
     swift = packages.get("ms-swift")
-    if framework == "ms-swift" and workload.packing in ("padding_free", "varlen") and (swift is None or version_matches(swift, ">=3.7")):
+    if framework == "ms-swift" and workload.packing in ("padding_free", "varlen") and (swift is None or version_matches(swift, ">=3.4.1")):
         return None
     lf = packages.get("llamafactory") or packages.get("llmtuner")
     if framework == "llamafactory" and model == "gemma2" and (lf is None or version_matches(lf, ">=0.8.3")) and (workload.training or lf is None or version_matches(lf, ">=0.9.3")):

@@ -106,8 +106,12 @@ def test_bert_style_decoders_never_build_a_packed_mask(tf: str, model_type: str)
         ({"transformers": "4.48.0"}, {"framework": "transformers", "model_type": "gemma2"}, True),
         # LLaMA-Factory training Gemma-2: fa2 or eager, never the default
         ({"llamafactory": "0.9.3", "flash-attn": "2.8.3"}, {"framework": "llamafactory", "model_type": "gemma2"}, False),
-        # ms-swift 3.7+ refuses padding_free without a flash attn_impl before the model is built
+        # ms-swift 3.4.1+ refuses packing/padding_free without a flash attn_impl before the model
+        # is built (3.4.1 train_args.py:139-141, 3.5.0 :135-143, 3.7.0 :136-144); 3.4.0 only warns
         ({"ms-swift": "3.9.0"}, {"framework": "ms-swift", "model_type": "qwen2"}, False),
+        ({"ms-swift": "3.4.1"}, {"framework": "ms-swift", "model_type": "qwen2"}, False),
+        ({"ms-swift": "3.6.4"}, {"framework": "ms-swift", "model_type": "qwen2"}, False),
+        ({"ms-swift": "3.4.0"}, {"framework": "ms-swift", "model_type": "qwen2"}, True),
         ({"ms-swift": "3.9.0"}, {"framework": "ms-swift", "model_type": "qwen2", "packing": "padded"}, True),
         ({"transformers": "4.35.2"}, {"framework": "transformers", "model_type": "llama"}, False),
         ({"verl": "0.5.0"}, {"framework": "verl", "model_type": "llama"}, False),
