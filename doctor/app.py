@@ -354,7 +354,7 @@ def with_planned_fixes(report: Report, inputs: Inputs, diagnosis: "Diagnosis", r
             # clear what it brings up): not shown as the way out of this finding
             findings.append(f)
             continue
-        planned = replace(planned, verified=True if result.verified else None, brings_up=result.new_warnings, planned=True)
+        planned = replace(planned, verified=True if result.verified else None, brings_up=result.new_warnings, moves=result.moves, planned=True)
         rest = tuple(x for x in f.fixes if _action(x) != _action(planned))
         findings.append(replace(f, fixes=(planned,) + rest))
     return replace(report, findings=tuple(findings))

@@ -873,6 +873,9 @@ class Fix:
     position: int = 0  # its place among the rule's fixes (a test case's `offers:` names these)
     verified: Optional[bool] = None  # True: re-checking with it applied clears the finding
     brings_up: Tuple[str, ...] = ()  # warnings that fire only with it applied (doctor.fix.recheck)
+    # installed packages pip would move to satisfy its pins ("transformers 4.57.1 -> 4.55.4";
+    # doctor.fix.recheck.pip_moves), re-checked with them moved
+    moves: Tuple[str, ...] = ()
     planned: bool = False  # the change `attn-doctor fix` plans for this finding
 
     @property

@@ -13,15 +13,16 @@ show them ("brings up TE-REQ-CUDNN-9-3").
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Set, Tuple
 
 from doctor.assume import apply_env, apply_pins, apply_workload
 from doctor.fix.companions import with_torch_companions
-from doctor.model import Facts, Finding, Fix, Severity, Workload
+from doctor.memo import Memo
+from doctor.model import Facts, Finding, Fix, Pin, Severity, Workload
 from doctor.rules.conditions import Context
 from doctor.rules.evaluate import Diagnosis, diagnose, render_workload
 from doctor.rules.loader import Catalogue
-from doctor.versions import parse_version
+from doctor.versions import canonical_name, parse_version
 
 if TYPE_CHECKING:
     from doctor.releases.catalogue import ReleaseCatalogue
@@ -39,6 +40,7 @@ class Recheck:
     # pins PyPI has no release of for this Python or platform (the release catalogue's
     # Requires-Python and wheel platforms: what `fix` refuses to pin as well)
     uninstallable: Tuple[str, ...] = ()
+    moves: Tuple[str, ...] = ()  # installed packages pip would move besides the pins (pip_moves)
 
     @property
     def verified(self) -> bool:
@@ -57,14 +59,64 @@ class Recheck:
 
 def apply_fix(facts: Facts, workload: Workload, fix: Fix) -> Tuple[Facts, Workload]:
     """Facts and workload as they would be with `fix` applied (torch pins first: its bundle
-    resets cuDNN, and an explicit cuDNN pin then wins)."""
+    resets cuDNN, and an explicit cuDNN pin then wins). The installed packages pip would move
+    to satisfy the pins (`pip_moves`: ms-swift 3.7.0's transformers<4.56 takes an installed
+    transformers 4.57.1 down to 4.55.4) move too, so the re-check sees what pip leaves."""
     if fix.pins:
-        facts = apply_pins(facts, sorted(fix.pins, key=lambda p: (p.name != "torch", p.name)))
+        pins = list(fix.pins) + list(pip_moves(facts, fix))
+        facts = apply_pins(facts, sorted(pins, key=lambda p: (p.name != "torch", p.name)))
     if fix.env:
         facts = apply_env(facts, dict(fix.env))
     if fix.workload:  # a value copying another key ({workload.num_heads}) reads the workload before the fix
         workload = apply_workload(workload, render_workload(fix.workload, Context(facts, workload)))
     return facts, workload
+
+
+_MOVES: "Memo[Tuple[Any, ...], Tuple[Pin, ...]]" = Memo(256)
+
+
+def pip_moves(facts: Facts, fix: Fix) -> Tuple[Pin, ...]:
+    """The installed packages, other than the fix's own pins, whose version pip would change
+    to satisfy the pins' Requires-Dist (the resolver prefers what is installed and otherwise
+    takes the newest release that fits, as pip does), through the pins or other such moves
+    (doctor.fix.resolve's `forced`): each as the pin pip in effect applies.
+    torch's own CUDA libraries (nvidia-*) are left to the torch bundle (doctor.assume). None
+    where the pins do not resolve (`uninstallable` reports that) or nothing is installed."""
+    installed = dict(facts.packages or {})
+    if not fix.pins or not installed:
+        return ()
+    pv = parse_version(facts.python.version) if facts.python.version else None
+    python = f"{pv.major}.{pv.minor}" if pv else None
+    pins = tuple(sorted((p.name, p.version, tuple(p.extras)) for p in fix.pins))
+    key = (tuple(sorted(installed.items())), pins, python, facts.torch.version, facts.torch.cuda,
+           tuple(sorted((k, tuple(v)) for k, v in (facts.requires or {}).items())))
+    seen = _MOVES.get(key)
+    if seen is not None:
+        return seen
+    from doctor.fix.resolve import resolve
+    from doctor.releases.catalogue import cuda_major_after, load_release_catalogue
+
+    torch_pin = next((p.version for p in fix.pins if p.name == "torch"), None)
+    cuda_major = cuda_major_after(torch_pin, facts.torch.version or installed.get("torch"), facts.torch.cuda)
+    rel = load_release_catalogue()
+    res = resolve(rel, installed, pins, python, cuda_major, facts.requires)
+    pinned = {canonical_name(p.name) for p in fix.pins}
+    by_name = {canonical_name(n): n for n in installed}
+    moves: List[Pin] = []
+    if res.ok:
+        for name in res.forced:
+            if name in pinned or name.startswith("nvidia-") or name not in by_name:
+                continue
+            if not (rel.versions(name) or (name == "torch" and rel.torch)):
+                continue  # a package the catalogue does not list: the resolver's floor, not pip's choice
+            moves.append(Pin(by_name[name], res.versions[name]))
+    return _MOVES.put(key, tuple(moves))
+
+
+def moved_text(facts: Facts, fix: Fix) -> Tuple[str, ...]:
+    """'transformers 4.57.1 -> 4.55.4' for each package pip would move besides the pins."""
+    installed = facts.packages or {}
+    return tuple(f"{p.name} {installed.get(p.name, '?')} -> {p.version}" for p in pip_moves(facts, fix))
 
 
 def uninstallable(facts: Facts, fix: Fix) -> Tuple[str, ...]:
@@ -151,7 +203,7 @@ def recheck(
     """Apply `fix` and evaluate every rule again; `targets` are the rules it should clear."""
     before = before or diagnose(cat, facts, workload)
     f2, w2 = apply_fix(facts, workload, fix)
-    return replace(compare(before, diagnose(cat, f2, w2), targets), uninstallable=uninstallable(facts, fix))
+    return replace(compare(before, diagnose(cat, f2, w2), targets), uninstallable=uninstallable(facts, fix), moves=moved_text(facts, fix))
 
 
 def compare(before: Diagnosis, after: Diagnosis, targets: Tuple[str, ...]) -> Recheck:
@@ -182,7 +234,7 @@ def verified_fixes(cat: Catalogue, facts: Facts, workload: Workload, diagnosis: 
             fix = with_install_extras(with_torch_companions(fix, facts.packages or {}), facts)
             result = recheck(cat, facts, workload, fix, (finding.rule_id,), before=diagnosis)
             if result.verified:
-                kept.append(replace(fix, verified=True, brings_up=result.new_warnings))
+                kept.append(replace(fix, verified=True, brings_up=result.new_warnings, moves=result.moves))
         out.append(replace(finding, fixes=tuple(kept + advice)))
     return tuple(out)
 

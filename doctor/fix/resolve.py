@@ -89,6 +89,10 @@ class Resolution:
     conflicts: Tuple[Conflict, ...] = ()  # pip's complaints, new with this plan
     changed: Tuple[str, ...] = ()  # installed packages whose version the plan changes (pins and what they pull in)
     pulled: Tuple[str, ...] = ()  # packages the pins bring in or move besides themselves (not through an unchanged package)
+    # installed packages the pins move besides themselves, through a pin or another such move
+    # only (not through a package the plan newly brings in: where a snapshot lists only some
+    # packages, as a rule's test case does, that one may already be installed at a fitting version)
+    forced: Tuple[str, ...] = ()
 
 
 def _ver(text: str) -> Optional[Version]:
@@ -370,8 +374,31 @@ def resolve(
             if child is not None and child not in seen:
                 seen.add(child)
                 todo.append(child)
+    # an installed package is forced to move where a pin, or a package already forced to move,
+    # requires what its installed version does not satisfy
+    root_names = {r.name for r in roots}
+    movers = set(root_names)
+    forced: List[str] = []
+    grew = True
+    while grew:
+        grew = False
+        for key, crit in result.criteria.items():
+            cand = result.mapping.get(key)
+            if cand is None or cand.name not in changed or cand.name in root_names or cand.name in forced:
+                continue
+            have = _ver(inst.get(cand.name, ""))
+            if have is None:
+                continue
+            hv = Version(have.public)
+            for info in crit.information:
+                who = info.parent.name if info.parent is not None else None
+                if who is not None and who in movers and not info.requirement.spec.contains(hv, prereleases=True):
+                    forced.append(cand.name)
+                    movers.add(cand.name)
+                    grew = True
+                    break
     before = set(_pip_check(meta, inst))
     # a requirement of an installed package on one that was not installed at all was already
     # unmet (pip check: "which is not installed"): a partial package list, not the plan's doing
     new = [c for c in _pip_check(meta, final) if c not in before and not (c.name not in inst and c.who in inst)]
-    return Resolution(ok=not new, versions=versions, extras=extras, conflicts=tuple(new), changed=tuple(changed), pulled=tuple(sorted(set(pulled))))
+    return Resolution(ok=not new, versions=versions, extras=extras, conflicts=tuple(new), changed=tuple(changed), pulled=tuple(sorted(set(pulled))), forced=tuple(sorted(set(forced))))

@@ -51,6 +51,7 @@ def report_dict(report: Report) -> Dict[str, Any]:
                         "cost": x.cost,
                         "verified": x.verified,
                         "brings_up": list(x.brings_up),
+                        "moves": list(x.moves),
                         "planned": x.planned,
                         "unsure": list(x.unsure),
                     }

@@ -62,6 +62,8 @@ def render_check_markdown(report: Report) -> str:
                 out.append(f"  {cfg}")
             if fix.cost:
                 out.append(f"  _cost: {fix.cost}_")
+            if fix.moves:
+                out.append(f"  _pip also moves {', '.join(fix.moves)}_")
             if fix.brings_up:
                 out.append(f"  _brings up warning {', '.join(fix.brings_up)}_")
             if fix.unsure:

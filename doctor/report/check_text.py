@@ -62,6 +62,8 @@ def _finding(f: Finding, verbose: bool) -> List[object]:
                 out.append(f"          {escape(a)}")
             if fix.cost:
                 out.append(f"          [dim]cost: {escape(fix.cost)}[/]")
+            if fix.moves:
+                out.append(f"          [dim]pip also moves {escape(', '.join(fix.moves))}[/]")
             if fix.brings_up:
                 out.append(f"          [dim]brings up warning {escape(', '.join(fix.brings_up))}[/]")
             if fix.unsure:

@@ -918,6 +918,7 @@ def _from_json(doc: Mapping[str, Any]) -> Catalogue:
                             "pins": tuple(Pin(p["name"], p["version"], tuple(p["extras"])) for p in x["pins"]),
                             "config": tuple(x["config"]),
                             "brings_up": tuple(x["brings_up"]),
+                            "moves": tuple(x.get("moves", ())),
                             "unsure": tuple(x.get("unsure", ())),
                         }
                     )

@@ -91,6 +91,7 @@ def test_json_contract(report) -> None:  # type: ignore[no-untyped-def]
         "cost": "unfused attention: correct but slower, O(seq^2) memory",
         "verified": True,
         "brings_up": f["fixes"][0]["brings_up"],
+        "moves": [],
         "planned": False,
         "unsure": [],
     }
