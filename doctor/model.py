@@ -142,10 +142,12 @@ def major_minor(text: Optional[str]) -> Optional[Tuple[int, int]]:
 TEGRA_SMS = frozenset({53, 62, 72, 87})
 
 
-# NVIDIA's family-specific targets (suffix "f", CUDA 12.9+) cover the later minors of their major
-# "with a few exceptions": in the CUDA 12.9 Programming Guide's table compute_100f runs on 10.0 and
-# 10.3, not on 10.1 (Jetson Thor under CUDA 12.9; CUDA 13 renumbers it 11.0). Pairs (target, GPU).
-FAMILY_EXCLUDES = frozenset({(100, 101)})
+# Jetson Thor's SM: 10.1 up to CUDA 12.9, renamed 11.0 from CUDA 13.0 (PTX ISA 9.0, ".target":
+# sm_101/sm_101f/sm_101a are renamed sm_110/sm_110f/sm_110a, and the sm_11x family holds sm_110f and
+# sm_101f). One GPU under two numbers: arch_runs_on reads both the target and the GPU through this,
+# so sm_101f does not run on 10.3 and sm_100/sm_100f not on a Thor reporting 10.1 (torch 2.14.1
+# torch/cuda/__init__.py DEVICE_REQUIREMENT: 100 excludes 101, 101 and 110 run on {101, 110}).
+RENAMED_SM = {101: 110}
 
 
 def arch_runs_on(arch_list: Optional[Tuple[str, ...]], sm: int, tegra: bool = False) -> Optional[bool]:
@@ -156,25 +158,24 @@ def arch_runs_on(arch_list: Optional[Tuple[str, ...]], sm: int, tegra: bool = Fa
     on its own SM); plain PTX on any equal or newer architecture (the driver compiles it). An
     architecture-specific target (suffix "a", sm_90a/compute_90a) runs only on exactly its
     compute capability, cubin and PTX alike; a family-specific one (suffix "f") on its major at
-    an equal or higher minor, never on another major (CUDA C Programming Guide 12.9, "Feature
-    Set Compiler Targets"). An entry of another form is skipped."""
+    an equal or higher minor, never on another major (CUDA C++ Programming Guide, "Feature Set
+    Compiler Targets"; PTX ISA, ".target"). Thor's SM 10.1 is read as its CUDA 13 number 11.0
+    (RENAMED_SM), in the target and in the GPU alike. An entry of another form is skipped."""
     if arch_list is None:
         return None
-    major, minor = divmod(sm, 10)
+    major, minor = divmod(RENAMED_SM.get(sm, sm), 10)
     for entry in arch_list:
         kind, _, num = entry.partition("_")
         suffix = num[-1:] if num[-1:] in ("a", "f") else ""
         digits = num[: len(num) - len(suffix)]
         if not digits.isdigit() or kind not in ("sm", "compute"):
             continue
-        a_major, a_minor = divmod(int(digits), 10)
+        a_major, a_minor = divmod(RENAMED_SM.get(int(digits), int(digits)), 10)
         if suffix == "a":
             runs = (a_major, a_minor) == (major, minor)
         elif suffix == "f" or kind == "sm":
             # a cubin, or family PTX: the same major at an equal or higher minor
             runs = a_major == major and (a_minor == minor if tegra and kind == "sm" else a_minor <= minor)
-            if suffix == "f" and (int(digits), sm) in FAMILY_EXCLUDES:
-                runs = False
         else:
             runs = (a_major, a_minor) <= (major, minor)
         if runs:

@@ -255,7 +255,9 @@ def _flash_attn_build(facts: Facts) -> Value:
 def _tegra(facts: Facts, sm: int) -> bool:
     """Whether a GPU gets Tegra's exact-SM cubin rule: a Jetson SM under a CUDA 12 or older
     build. CUDA 13 on Orin (JetPack 7, one toolkit for all Arm) is left to the desktop rule:
-    not established either way (conda-forge#527, holohub#1687)."""
+    not established either way (conda-forge#527, holohub#1687). torch 2.14.1's own table
+    (pytorch#186285) switches at a CUDA 13.2 build instead; Orin's first CUDA 13 is JetPack 7.2's
+    13.2 driver, the only one under which a CUDA 13.0/13.1 build reads an arch list there."""
     if sm not in TEGRA_SMS:
         return False
     cuda = major_minor(facts.torch.cuda)

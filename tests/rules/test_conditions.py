@@ -160,8 +160,8 @@ def test_arch_runs_gpu_follows_cubin_and_ptx_compatibility() -> None:
 def test_arch_specific_targets_run_only_on_their_own_compute_capability() -> None:
     """NVIDIA's "a" targets (sm_90a, compute_100a) run only on exactly their compute capability,
     cubin and PTX alike; "f" targets (CUDA 12.9+) on later minors of their major, never on another
-    major, and compute_100f not on 10.1 (CUDA 12.9 Programming Guide, Feature Set Compiler
-    Targets). Plain PTX still JIT-compiles on any newer GPU."""
+    major (CUDA C++ Programming Guide, Feature Set Compiler Targets). Plain PTX still
+    JIT-compiles on any newer GPU."""
     assert arch_runs_on(("sm_90a", "sm_100a"), 103) is False  # a custom "9.0a;10.0a" build on a B300
     assert arch_runs_on(("sm_90a", "sm_100a"), 100) is True
     assert arch_runs_on(("sm_90a",), 90) is True
@@ -173,13 +173,35 @@ def test_arch_specific_targets_run_only_on_their_own_compute_capability() -> Non
     assert arch_runs_on(("sm_103f",), 100) is False  # never an older minor
     assert arch_runs_on(("sm_100f", "compute_100f"), 120) is False  # family PTX stays in its major
     assert arch_runs_on(("compute_120f",), 121) is True
-    assert arch_runs_on(("sm_100f", "compute_100f"), 101) is False  # 10.1 is outside the 10.0 family
     assert arch_runs_on(("sm_100",), 103) is True  # a plain cubin keeps minor compatibility
     assert arch_runs_on(("compute_90",), 120) is True  # plain PTX: any newer major
     assert arch_runs_on(("compute_90",), 89) is False
     assert arch_runs_on(("sm_90x", "sm_", "weird_90"), 90) is False  # other forms are skipped
-    assert arch_runs_on(("sm_87f",), 87, tegra=True) is True
-    assert arch_runs_on(("sm_86f",), 87, tegra=True) is False  # Tegra: a cubin only on its own SM
+    assert arch_runs_on(("sm_87",), 87, tegra=True) is True
+    assert arch_runs_on(("sm_80", "sm_86"), 87, tegra=True) is False  # Tegra: a cubin only on its own SM
+    assert arch_runs_on(("compute_80",), 87, tegra=True) is True  # PTX is JIT-compiled on Tegra too
+
+
+def test_thor_sm_101_and_sm_110_are_one_gpu() -> None:
+    """CUDA 13 renamed Jetson Thor's SM 10.1 to 11.0 (PTX ISA 9.0 ".target": sm_101/101f/101a
+    become sm_110/110f/110a; the sm_11x family holds sm_110f and sm_101f). torch 2.14.1
+    torch/cuda/__init__.py DEVICE_REQUIREMENT agrees: sm_100 excludes 10.1, sm_101 and sm_110
+    run on {10.1, 11.0}."""
+    assert arch_runs_on(("sm_90", "sm_101f"), 103) is False  # sm_101f is not in the sm_10x family
+    assert arch_runs_on(("sm_90", "compute_101f"), 110) is True  # Thor under CUDA 13 reports 11.0
+    assert arch_runs_on(("sm_101f",), 110) is True
+    assert arch_runs_on(("sm_101a",), 110) is True  # the renamed arch-specific target
+    assert arch_runs_on(("sm_110a",), 101) is True
+    assert arch_runs_on(("sm_101a",), 103) is False
+    assert arch_runs_on(("sm_100f", "compute_100f"), 101) is False  # 10.1 is outside the 10.x family
+    assert arch_runs_on(("sm_100f",), 110) is False
+    assert arch_runs_on(("sm_110f",), 101) is True
+    assert arch_runs_on(("sm_100",), 101) is False  # a plain sm_100 cubin does not run on Thor
+    assert arch_runs_on(("sm_101",), 110) is True  # a plain sm_101 cubin does
+    assert arch_runs_on(("sm_110",), 101) is True
+    assert arch_runs_on(("sm_101",), 103) is False  # nor is sm_101 a 10.x cubin for a B300
+    assert arch_runs_on(("sm_80", "compute_100"), 110) is True  # plain PTX of an older arch still JIT-compiles
+    assert arch_runs_on(("sm_80", "compute_120"), 110) is False
 
 
 def test_flash_attn_arch_runs_gpu_reads_the_suffix_too() -> None:
