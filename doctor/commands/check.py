@@ -25,7 +25,7 @@ def check(
     strict: bool = typer.Option(False, "--strict", help="Count rules that could not be evaluated as failures."),
     no_kernels: bool = typer.Option(False, "--no-kernels", help="Skip the GPU kernel stage."),
     kernels_only: bool = typer.Option(False, "--kernels-only", help="GPU smoke test: run the kernel cases, judge only them."),
-    assume: Optional[List[str]] = typer.Option(None, "--assume", help="Evaluate as if NAME==VERSION were installed (repeatable)."),
+    assume: Optional[List[str]] = typer.Option(None, "--assume", help="Evaluate as if `pip install NAME==VERSION` had run: installed packages its requirements exclude move as pip would move them (repeatable)."),
     assume_env: Optional[List[str]] = typer.Option(None, "--assume-env", help="Evaluate as if NAME=VALUE were set (repeatable)."),
     rules_dir: Optional[List[Path]] = typer.Option(None, "--rules-dir", help="Add your own rules (same schema)."),
     distributed: bool = typer.Option(False, "--distributed", help="Run on every rank of a torchrun/srun job; rank 0 reports."),

@@ -23,7 +23,7 @@ def fix(
     model: Optional[Path] = typer.Option(None, "--model", "-m", help="Hugging Face config.json or model folder."),
     config: Optional[List[Path]] = typer.Option(None, "--config", "-c", help="A training config, log or package list, recognised by content: axolotl / LLaMA-Factory / accelerate / NeMo YAML, DeepSpeed JSON, torchtitan TOML, Megatron arguments, TE NVTE_DEBUG log, pip freeze / requirements / uv.lock / poetry.lock (repeatable)."),
     format: str = typer.Option("text", "--format", "-f", help="text | json | markdown"),
-    assume: Optional[List[str]] = typer.Option(None, "--assume", help="Plan as if NAME==VERSION were installed (repeatable)."),
+    assume: Optional[List[str]] = typer.Option(None, "--assume", help="Plan as if `pip install NAME==VERSION` had run: installed packages its requirements exclude move as pip would move them (repeatable)."),
     assume_env: Optional[List[str]] = typer.Option(None, "--assume-env", help="Plan as if NAME=VALUE were set (repeatable)."),
     rules_dir: Optional[List[Path]] = typer.Option(None, "--rules-dir", help="Add your own rules (same schema)."),
     releases: Optional[Path] = typer.Option(None, "--releases", help="Release catalogue folder (from `releases refresh --output`)."),

@@ -67,3 +67,19 @@ def test_check_prints_what_pip_also_moves(tmp_path) -> None:  # type: ignore[no-
     finding = next(f for f in doc["findings"] if f["rule_id"] == "RFA-0-1-8-NEEDS-TRANSFORMERS-4-51")
     moves = {tuple(x["pins"]): x["moves"] for x in finding["fixes"]}
     assert any("torch 2.4.1 -> 2.8.0" in m for m in moves.values() for m in m), moves
+
+
+def test_assume_moves_what_pip_would_move(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`check --assume ms-swift==3.7.0` evaluates what `pip install ms-swift==3.7.0` leaves:
+    transformers 4.55.4, said in a note (the re-check command `fix` prints relies on this)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from doctor.cli import app
+    from doctor.rules.cases import case_snapshot
+
+    snap = tmp_path / "snap.json"
+    snap.write_text(json.dumps(case_snapshot(SWIFT)))
+    out = CliRunner().invoke(app, ["check", "--no-kernels", "--env", str(snap), "--assume", "ms-swift==3.7.0"]).output
+    assert "pip would also move transformers 4.57.1 -> 4.55.4" in " ".join(out.split())
