@@ -146,3 +146,28 @@ def test_fa3_step_failures_are_listed_behind_te_failing_to_import_the_fa3_interf
     got = {f.rule_id: f for f in diagnose(cat, facts, wl).findings if f.status == "fired"}
     assert got["TE-FA3-INTERFACE-MISSING"].behind == ()
     assert got["TE-FLASH-FA3-DETERMINISTIC-BWD-RAISES"].behind == ("TE-FA3-INTERFACE-MISSING",)
+
+
+def test_te_fa3_import_error_orders_only_runs_that_import_te() -> None:
+    # The probe records transformer_engine.pytorch's import whenever TE is installed. An HF run on
+    # SDPA with accelerate 1.10 (TE imported only inside its fp8 functions) never imports it, so its
+    # own failure is not listed behind TE-FA3-INTERFACE-MISSING; accelerate 0.33 imports TE at
+    # module level, and there the order holds (sample 29 check-R4)
+    cat = load_catalogue()
+
+    def fired(accelerate: str) -> Dict[str, Any]:
+        facts, wl = case_inputs({
+            "packages": {"transformer-engine": "2.8.0", "flash-attn-3": "3.0.0", "torch": "2.6.0",
+                         "transformers": "4.44.2", "accelerate": accelerate},
+            "torch": {"version": "2.6.0", "cuda": "12.4"},
+            "gpu": "10.0",
+            "imports": {"transformer_engine.pytorch": {"status": "error", "error": "ModuleNotFoundError: No module named 'flash_attn_3.flash_attn_interface'"}},
+            "workload": {"framework": "transformers", "model_type": "llama", "attn_implementation": "sdpa"},
+        })
+        return {f.rule_id: f for f in diagnose(cat, facts, wl).findings if f.status == "fired"}
+
+    new = fired("1.10.0")
+    assert "TE-FA3-INTERFACE-MISSING" not in new
+    assert new["TORCH-NO-BLACKWELL-KERNELS"].behind == ()
+    old = fired("0.33.0")
+    assert old["TORCH-NO-BLACKWELL-KERNELS"].behind == ("TE-FA3-INTERFACE-MISSING",)
