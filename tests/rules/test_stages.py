@@ -171,3 +171,31 @@ def test_te_fa3_import_error_orders_only_runs_that_import_te() -> None:
     assert new["TORCH-NO-BLACKWELL-KERNELS"].behind == ()
     old = fired("0.33.0")
     assert old["TORCH-NO-BLACKWELL-KERNELS"].behind == ("TE-FA3-INTERFACE-MISSING",)
+
+
+@pytest.mark.parametrize("rule_id, packages, workload", [
+    # check_set_window_size asserts in DotProductAttention.__init__ (TE 2.8.0 wheel
+    # dot_product_attention.py:326): setup
+    ("TE-WINDOW-SIZE-REFUSED", {"transformer-engine": "2.1.0", "flash-attn": "2.7.4.post1", "flashattn-hopper": "3.0.0b1"},
+     {"window_size": [-1, 64], "mask": "no_mask"}),
+    # FlashAttention.__init__ asserts the flash-attn version while DotProductAttention is built
+    # (TE 1.11.0 wheel attention.py:4816-4821, built at :7055): setup
+    ("TE-FA2-VERSION-ASSERT", {"transformer-engine": "1.11.0", "flash-attn": "2.0.4", "flashattn-hopper": "3.0.0b1"},
+     {"deterministic": True}),
+    # "No dot product attention backend is available" is raised in forward (TE 2.8.0 wheel
+    # dot_product_attention.py:1355-1357): step
+    ("TE-NO-BACKEND", {"transformer-engine": "1.11.0", "flash-attn": "2.3.6", "flashattn-hopper": "3.0.0b1"},
+     {"alibi": True, "context_parallel": {"size": 2, "comm_type": "p2p", "impl": "te"}}),
+])
+def test_te_setup_and_step_errors_are_listed_behind_the_fa3_interface_import_error(rule_id: str, packages: Dict[str, str], workload: Dict[str, Any]) -> None:
+    # these fired next to TE-FA3-INTERFACE-MISSING with no stage and no alongside (sample 29 check-R4)
+    cat = load_catalogue()
+    facts, wl = case_inputs({
+        "packages": packages,
+        "gpu": "9.0",
+        "imports": {"transformer_engine.pytorch": {"status": "error", "error": "ModuleNotFoundError: No module named 'flashattn_hopper.flash_attn_interface'"}},
+        "workload": workload,
+    })
+    got = {f.rule_id: f for f in diagnose(cat, facts, wl).findings if f.status == "fired"}
+    assert got["TE-FA3-INTERFACE-MISSING"].behind == ()
+    assert got[rule_id].behind == ("TE-FA3-INTERFACE-MISSING",)
