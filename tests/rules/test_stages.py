@@ -146,3 +146,56 @@ def test_fa3_step_failures_are_listed_behind_te_failing_to_import_the_fa3_interf
     got = {f.rule_id: f for f in diagnose(cat, facts, wl).findings if f.status == "fired"}
     assert got["TE-FA3-INTERFACE-MISSING"].behind == ()
     assert got["TE-FLASH-FA3-DETERMINISTIC-BWD-RAISES"].behind == ("TE-FA3-INTERFACE-MISSING",)
+
+
+def test_te_fa3_import_error_orders_only_runs_that_import_te() -> None:
+    # The probe records transformer_engine.pytorch's import whenever TE is installed. An HF run on
+    # SDPA with accelerate 1.10 (TE imported only inside its fp8 functions) never imports it, so its
+    # own failure is not listed behind TE-FA3-INTERFACE-MISSING; accelerate 0.33 imports TE at
+    # module level, and there the order holds (sample 29 check-R4)
+    cat = load_catalogue()
+
+    def fired(accelerate: str) -> Dict[str, Any]:
+        facts, wl = case_inputs({
+            "packages": {"transformer-engine": "2.8.0", "flash-attn-3": "3.0.0", "torch": "2.6.0",
+                         "transformers": "4.44.2", "accelerate": accelerate},
+            "torch": {"version": "2.6.0", "cuda": "12.4"},
+            "gpu": "10.0",
+            "imports": {"transformer_engine.pytorch": {"status": "error", "error": "ModuleNotFoundError: No module named 'flash_attn_3.flash_attn_interface'"}},
+            "workload": {"framework": "transformers", "model_type": "llama", "attn_implementation": "sdpa"},
+        })
+        return {f.rule_id: f for f in diagnose(cat, facts, wl).findings if f.status == "fired"}
+
+    new = fired("1.10.0")
+    assert "TE-FA3-INTERFACE-MISSING" not in new
+    assert new["TORCH-NO-BLACKWELL-KERNELS"].behind == ()
+    old = fired("0.33.0")
+    assert old["TORCH-NO-BLACKWELL-KERNELS"].behind == ("TE-FA3-INTERFACE-MISSING",)
+
+
+@pytest.mark.parametrize("rule_id, packages, workload", [
+    # check_set_window_size asserts in DotProductAttention.__init__ (TE 2.8.0 wheel
+    # dot_product_attention.py:326): setup
+    ("TE-WINDOW-SIZE-REFUSED", {"transformer-engine": "2.1.0", "flash-attn": "2.7.4.post1", "flashattn-hopper": "3.0.0b1"},
+     {"window_size": [-1, 64], "mask": "no_mask"}),
+    # FlashAttention.__init__ asserts the flash-attn version while DotProductAttention is built
+    # (TE 1.11.0 wheel attention.py:4816-4821, built at :7055): setup
+    ("TE-FA2-VERSION-ASSERT", {"transformer-engine": "1.11.0", "flash-attn": "2.0.4", "flashattn-hopper": "3.0.0b1"},
+     {"deterministic": True}),
+    # "No dot product attention backend is available" is raised in forward (TE 2.8.0 wheel
+    # dot_product_attention.py:1355-1357): step
+    ("TE-NO-BACKEND", {"transformer-engine": "1.11.0", "flash-attn": "2.3.6", "flashattn-hopper": "3.0.0b1"},
+     {"alibi": True, "context_parallel": {"size": 2, "comm_type": "p2p", "impl": "te"}}),
+])
+def test_te_setup_and_step_errors_are_listed_behind_the_fa3_interface_import_error(rule_id: str, packages: Dict[str, str], workload: Dict[str, Any]) -> None:
+    # these fired next to TE-FA3-INTERFACE-MISSING with no stage and no alongside (sample 29 check-R4)
+    cat = load_catalogue()
+    facts, wl = case_inputs({
+        "packages": packages,
+        "gpu": "9.0",
+        "imports": {"transformer_engine.pytorch": {"status": "error", "error": "ModuleNotFoundError: No module named 'flashattn_hopper.flash_attn_interface'"}},
+        "workload": workload,
+    })
+    got = {f.rule_id: f for f in diagnose(cat, facts, wl).findings if f.status == "fired"}
+    assert got["TE-FA3-INTERFACE-MISSING"].behind == ()
+    assert got[rule_id].behind == ("TE-FA3-INTERFACE-MISSING",)
