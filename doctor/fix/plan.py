@@ -31,7 +31,7 @@ from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequ
 from doctor.memo import Memo
 from doctor.fix.companions import torch_companions
 from doctor.fix.install import extras_for, install_commands
-from doctor.fix.recheck import apply_fix, compare
+from doctor.fix.recheck import apply_fix, compare, moved_text, pip_moves
 from doctor.fix.resolve import Resolution, resolve
 from doctor.releases.wheels import WheelChoice, choose_wheel, wheel_target
 from doctor.model import Facts, Finding, Fix, Pin, Severity, Workload
@@ -616,32 +616,35 @@ class _Planner:
         return apply_fix(self.facts, self.workload, as_fix)
 
     def cost(self, merged: _Merged, changes: Sequence[Change] = ()) -> Tuple[int, ...]:
-        torch_moved = int("torch" in merged.pins and _v(merged.pins["torch"]).base_version != _v(self.torch0 or "0").base_version)
-        changed = [n for n, v in merged.pins.items() if self.installed.get(n) != v and not (n == "torch" and not torch_moved)]
+        # what pip moves besides the pins costs what a pin of it would (doctor.fix.recheck.pip_moves)
+        moved = pip_moves(self.facts, Fix("plan", pins=tuple(Pin(k, v) for k, v in merged.pins.items()))) if merged.pins else ()
+        pins = {**merged.pins, **{p.name: p.version for p in moved}}
+        torch_moved = int("torch" in pins and _v(pins["torch"]).base_version != _v(self.torch0 or "0").base_version)
+        changed = [n for n, v in pins.items() if self.installed.get(n) != v and not (n == "torch" and not torch_moved)]
         builds = 0
-        new_line = torch_moved and _mm(merged.pins["torch"]) != _mm(self.torch0)
-        fa = merged.pins.get("flash-attn") or (self.installed.get("flash-attn") if new_line else None)
+        new_line = torch_moved and _mm(pins["torch"]) != _mm(self.torch0)
+        fa = pins.get("flash-attn") or (self.installed.get("flash-attn") if new_line else None)
         if fa:
             if new_line and "flash-attn" not in changed:
                 changed.append("flash-attn")  # reinstalled for the new torch either way
-            target = wheel_target(self.facts, merged.pins.get("torch"))
+            target = wheel_target(self.facts, pins.get("torch"))
             if target is not None and not choose_wheel(self.rel, _v(fa).public, target).available:
                 builds = 1
         dist = 0
         for n in changed:
-            if n not in merged.pins:
+            if n not in pins:
                 continue
             current = self.installed.get(n)
             if current is None and n.startswith("nvidia-cudnn-cu"):
                 current = self.facts.cudnn.version
-            dist += distance(current, merged.pins[n], self.rel.versions(n) or [r.version for r in self.rel.torch])
+            dist += distance(current, pins[n], self.rel.versions(n) or [r.version for r in self.rel.torch])
         env_changes = sum(1 for k, v in merged.env.items() if self.env0.get(k) != v)
         costly = sum(1 for ch in changes if ch.cost and not ch.pins)
         # TransformerEngine's torch extension builds from source (PyPI ships it as an sdist)
         builds += sum(1 for n in changed if n.startswith("transformer-engine"))
         prerelease = 0
         if fa and not builds:
-            target = wheel_target(self.facts, merged.pins.get("torch"))
+            target = wheel_target(self.facts, pins.get("torch"))
             row = next((b for b in self.rel.flash_attn_wheels.get(_v(fa).public, ()) if target is not None and b.torch == target.torch_mm), None)
             prerelease = int(row is not None and _v(row.torch_build).is_prerelease)
         conflicts = len(_conflicts(self, merged))
@@ -891,6 +894,9 @@ def _alternatives(planner: _Planner, chosen: FrozenSet[int]) -> List[Alternative
                 whys.append("pip reports a conflict with torch's exact cuDNN pin")
             if cost[0]:
                 whys.append("moves torch")
+            moved = moved_text(planner.facts, Fix("alternative", pins=tuple(fix.pins)))
+            if moved:
+                whys.append("pip also moves " + ", ".join(moved))
             install = _alt_cost(planner, ch.pins)
             if install:
                 whys.append("install: " + install)
@@ -1024,13 +1030,22 @@ def _plan(rel: ReleaseCatalogue, cat: Catalogue, facts: Facts, workload: Workloa
         conflicts=tuple(conflicts),
         wheels=tuple(wheels),
         alternatives=tuple(alternatives),
-        notes=tuple(dict.fromkeys(planner.notes + ev.merged.notes)),
+        notes=tuple(dict.fromkeys([*planner.notes, *ev.merged.notes, *_moves_note(planner.facts, ev.merged.pins)])),
         torch_reason=torch_reason,
         verified=not (set(new_findings) & {f.rule_id for f in ev.diagnosis.findings if f.severity == "error"}),
         catalogue_date=rel.retrieved,
         resolution=resolution,
         kept_warnings=kept,
     )
+
+
+def _moves_note(facts: Facts, pins: Mapping[str, str]) -> Tuple[str, ...]:
+    """'pip also moves transformers 4.57.1 -> 4.52.4 ...' where the plan's pins make pip move
+    an installed package (the plan was judged with it moved: doctor.fix.recheck.pip_moves)."""
+    moved = moved_text(facts, Fix("plan", pins=tuple(Pin(k, v) for k, v in pins.items()))) if pins else ()
+    if not moved:
+        return ()
+    return (f"pip also moves {', '.join(moved)}: the plan's pins require it, and the plan was re-checked with it moved",)
 
 
 def _ordered_pins(pins: Mapping[str, str], extras: Optional[Mapping[str, Tuple[str, ...]]] = None) -> Tuple[Pin, ...]:

@@ -81,9 +81,20 @@ def pip_moves(facts: Facts, fix: Fix) -> Tuple[Pin, ...]:
     takes the newest release that fits, as pip does), through the pins or other such moves
     (doctor.fix.resolve's `forced`): each as the pin pip in effect applies.
     torch's own CUDA libraries (nvidia-*) are left to the torch bundle (doctor.assume). None
-    where the pins do not resolve (`uninstallable` reports that) or nothing is installed."""
+    where the pins do not resolve (`uninstallable` reports that) or nothing is installed, and
+    on a host other than Linux x86-64: the release catalogue's Requires-Dist markers are
+    evaluated for that platform (axolotl 0.15.0 pins torch on Linux only).
+
+    A probed snapshot (it carries the installed packages' own Requires-Dist, `facts.requires`)
+    lists every installed distribution, so a move through a package the pins newly bring in is
+    pip's too (llamafactory 0.9.4 takes transformers 4.51.3 to 4.57.1 through the trl it adds);
+    a partial list (a rule's test case, a hand-written snapshot) counts only the moves the pins
+    force themselves, since the package it leaves out is likely installed at a fitting version."""
     installed = dict(facts.packages or {})
     if not fix.pins or not installed:
+        return ()
+    plat = facts.platform
+    if plat.system is not None and (plat.system, plat.machine) != ("linux", "x86_64"):
         return ()
     pv = parse_version(facts.python.version) if facts.python.version else None
     python = f"{pv.major}.{pv.minor}" if pv else None
@@ -103,8 +114,9 @@ def pip_moves(facts: Facts, fix: Fix) -> Tuple[Pin, ...]:
     pinned = {canonical_name(p.name) for p in fix.pins}
     by_name = {canonical_name(n): n for n in installed}
     moves: List[Pin] = []
+    complete = facts.requires is not None
     if res.ok:
-        for name in res.forced:
+        for name in (res.changed if complete else res.forced):
             if name in pinned or name.startswith("nvidia-") or name not in by_name:
                 continue
             if not (rel.versions(name) or (name == "torch" and rel.torch)):

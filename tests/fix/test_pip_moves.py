@@ -45,8 +45,9 @@ def test_a_move_only_through_a_package_the_list_does_not_show_is_not_counted() -
 
 
 def test_check_prints_what_pip_also_moves(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """axolotl 0.15.0 requires a newer torch than the 2.4.1 installed: `check` shows the move
-    in text and JSON beside the downgrade it offers (RFA-0-1-8-NEEDS-TRANSFORMERS-4-51)."""
+    """TE-FA-BLOCK-TABLE-CP's `transformer-engine[pytorch]==1.10.0` pin: its
+    transformer-engine-torch 1.10.0 caps flash-attn at 2.4.2, so pip takes the installed 2.5.8
+    down; `check` shows the move in text and JSON beside the fix."""
     import json
 
     import yaml
@@ -55,18 +56,18 @@ def test_check_prints_what_pip_also_moves(tmp_path) -> None:  # type: ignore[no-
     from doctor.cli import app
     from doctor.rules.cases import case_snapshot
 
-    case = {"packages": {"ring-flash-attn": "0.1.8", "transformers": "5.4.0", "axolotl": "0.16.0", "torch": "2.4.1"},
-            "torch": {"version": "2.4.1"}, "platform": {"os": "Darwin 23.6.0", "arch": "arm64"}}
+    case = {"packages": {"transformer-engine": "1.9.0.post1", "transformer-engine-torch": "1.9.0", "flash-attn": "2.5.8"},
+            "gpu": "8.0", "cudnn": {"version": "8.9.7"}}
     snap, wl = tmp_path / "snap.json", tmp_path / "wl.yaml"
     snap.write_text(json.dumps(case_snapshot(case)))
-    wl.write_text(yaml.safe_dump({"framework": "axolotl", "context_parallel": {"size": 4, "impl": "ring_flash_attn"}}))
+    wl.write_text(yaml.safe_dump({"context_parallel": {"size": 2, "comm_type": "p2p"}}))
     runner = CliRunner()
-    text = runner.invoke(app, ["check", "--no-kernels", "--env", str(snap), "--workload", str(wl)]).output
-    assert "pip also moves torch 2.4.1 -> 2.8.0" in " ".join(text.split())
+    text = " ".join(runner.invoke(app, ["check", "--no-kernels", "--env", str(snap), "--workload", str(wl)]).output.split())
+    assert "pip also moves flash-attn 2.5.8 -> 2.4.2" in text
     doc = json.loads(runner.invoke(app, ["check", "--no-kernels", "--env", str(snap), "--workload", str(wl), "--format", "json"]).output)
-    finding = next(f for f in doc["findings"] if f["rule_id"] == "RFA-0-1-8-NEEDS-TRANSFORMERS-4-51")
-    moves = {tuple(x["pins"]): x["moves"] for x in finding["fixes"]}
-    assert any("torch 2.4.1 -> 2.8.0" in m for m in moves.values() for m in m), moves
+    finding = next(f for f in doc["findings"] if f["rule_id"] == "TE-FA-BLOCK-TABLE-CP")
+    moves = [m for x in finding["fixes"] for m in x["moves"]]
+    assert "flash-attn 2.5.8 -> 2.4.2" in moves, finding["fixes"]
 
 
 def test_assume_moves_what_pip_would_move(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -83,3 +84,49 @@ def test_assume_moves_what_pip_would_move(tmp_path) -> None:  # type: ignore[no-
     snap.write_text(json.dumps(case_snapshot(SWIFT)))
     out = CliRunner().invoke(app, ["check", "--no-kernels", "--env", str(snap), "--assume", "ms-swift==3.7.0"]).output
     assert "pip would also move transformers 4.57.1 -> 4.55.4" in " ".join(out.split())
+
+
+def test_no_moves_where_the_catalogues_markers_do_not_apply() -> None:
+    """The release catalogue's Requires-Dist markers are read for Linux x86-64: on macOS pip
+    may not move anything (axolotl 0.15.0 pins torch on Linux only), so nothing is claimed."""
+    mac = {**SWIFT, "platform": {"os": "Darwin 23.6.0", "arch": "arm64"}}
+    facts, _ = case_inputs(mac)
+    assert pip_moves(facts, Fix("upgrade ms-swift", pins=(Pin("ms-swift", "3.7.0"),))) == ()
+
+
+def test_a_probed_snapshot_counts_moves_through_packages_the_pins_bring_in() -> None:
+    """A probe lists every installed distribution (and their Requires-Dist): a package the pin
+    newly brings in is really new, and what it moves is pip's move too."""
+    base = {"packages": {"unsloth": "2024.12.4", "torch": "2.4.1", "transformers": "4.46.3"}, "gpu": "8.0",
+            "platform": {"os": "Linux 6.8.0", "arch": "x86_64", "libc": "glibc 2.35"}}
+    fix = Fix("unsloth", pins=(Pin("unsloth", "2025.1.6"),))
+    partial, _ = case_inputs(base)
+    probed, _ = case_inputs({**base, "requires": {"unsloth": ["torch>=2.4.0", "transformers>=4.46.1"]}})
+    assert pip_moves(partial, fix) == ()
+    moved = {p.name for p in pip_moves(probed, fix)}
+    assert "transformers" in moved  # through the newest trl the pin brings in
+
+
+def test_fix_costs_and_names_what_pip_moves(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """ms-swift 3.6.1 clears SWIFT-QWEN-VL-PACKING-TRANSFORMERS-4-53 only because pip also takes
+    transformers 4.57.1 down to 4.52.4: the plan counts that move (so it pins transformers
+    itself, one change instead of two) and the alternative says so."""
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from doctor.cli import app
+    from doctor.rules.cases import case_snapshot
+
+    case = {**SWIFT, "packages": {**SWIFT["packages"], "flash-attn": "2.7.4.post1"},
+            "platform": {"os": "Linux 6.8.0", "arch": "x86_64", "libc": "glibc 2.35"}}
+    snap, wl = tmp_path / "snap.json", tmp_path / "wl.yaml"
+    snap.write_text(json.dumps(case_snapshot(case)))
+    wl.write_text(yaml.safe_dump({"framework": "ms-swift", "model_type": "qwen2_5_vl", "packing": "padding_free",
+                                  "attn_implementation": "flash_attention_2"}))
+    doc = json.loads(CliRunner().invoke(app, ["fix", "--env", str(snap), "--workload", str(wl), "--format", "json"]).output)
+    assert "SWIFT-QWEN-VL-PACKING-TRANSFORMERS-4-53" in doc["cleared"]
+    assert not any(p.startswith("ms-swift") for p in doc["pins"]), doc["pins"]
+    alt = [a for a in doc["alternatives"] if any(p.startswith("ms-swift==") for p in a["pins"])]
+    assert alt and all("pip also moves transformers 4.57.1 ->" in a["why"] for a in alt), alt
