@@ -232,6 +232,7 @@ class _Planner:
         self.by_rule: Dict[str, List[int]] = {}
         self.evals: Dict[FrozenSet[int], Optional[_Eval]] = {}
         self.installable_memo: Dict[Tuple[Tuple[str, str], ...], bool] = {}
+        self.noop_settings: Dict[Tuple[str, str], bool] = {}  # workload settings equal to the current workload
         # facts and workload as a merged set of changes leaves them, and their diagnosis (None:
         # the pins break an installed release's requirements); two sets of candidates that
         # merge to the same pins, env and workload are checked once
@@ -648,7 +649,21 @@ class _Planner:
             row = next((b for b in self.rel.flash_attn_wheels.get(_v(fa).public, ()) if target is not None and b.torch == target.torch_mm), None)
             prerelease = int(row is not None and _v(row.torch_build).is_prerelease)
         conflicts = len(_conflicts(self, merged))
-        return (torch_moved, len(merged.workload), costly, conflicts, len(changed), builds, prerelease, dist, env_changes)
+        settings = sum(1 for k, v in merged.workload.items() if not self._noop_setting(k, v))
+        return (torch_moved, settings, costly, conflicts, len(changed), builds, prerelease, dist, env_changes)
+
+    def _noop_setting(self, key: str, value: Any) -> bool:
+        """A workload setting the workload already has (a fix that states `attn_implementation:
+        flash_attention_2` where it is flash_attention_2) changes nothing and costs nothing."""
+        memo = (key, repr(value))
+        if memo not in self.noop_settings:
+            from doctor.assume import apply_workload
+
+            try:
+                self.noop_settings[memo] = apply_workload(self.workload, {key: value}) == self.workload
+            except Exception:  # noqa: BLE001 - a setting the workload cannot take is not a no-op
+                self.noop_settings[memo] = False
+        return self.noop_settings[memo]
 
     def evaluate_changes(self, changes: Sequence[Change]) -> Optional[_Eval]:
         merged = self.merge(changes)

@@ -82,8 +82,9 @@ def pip_moves(facts: Facts, fix: Fix) -> Tuple[Pin, ...]:
     (doctor.fix.resolve's `forced`): each as the pin pip in effect applies.
     torch's own CUDA libraries (nvidia-*) are left to the torch bundle (doctor.assume). None
     where the pins do not resolve (`uninstallable` reports that) or nothing is installed, and
-    on a host other than Linux x86-64: the release catalogue's Requires-Dist markers are
-    evaluated for that platform (axolotl 0.15.0 pins torch on Linux only).
+    on a host other than Linux: the release catalogue holds Linux builds' Requires-Dist (an
+    sdist's PKG-INFO is one platform's: axolotl 0.15.0 pins torch on Linux only). Markers are
+    read for the snapshot's own machine (x86-64 where it is not known).
 
     A probed snapshot (it carries the installed packages' own Requires-Dist, `facts.requires`)
     lists every installed distribution, so a move through a package the pins newly bring in is
@@ -94,12 +95,13 @@ def pip_moves(facts: Facts, fix: Fix) -> Tuple[Pin, ...]:
     if not fix.pins or not installed:
         return ()
     plat = facts.platform
-    if plat.system is not None and (plat.system, plat.machine) != ("linux", "x86_64"):
+    if plat.system is not None and plat.system != "linux":
         return ()
+    machine = plat.machine or "x86_64"
     pv = parse_version(facts.python.version) if facts.python.version else None
     python = f"{pv.major}.{pv.minor}" if pv else None
     pins = tuple(sorted((p.name, p.version, tuple(p.extras)) for p in fix.pins))
-    key = (tuple(sorted(installed.items())), pins, python, facts.torch.version, facts.torch.cuda,
+    key = (tuple(sorted(installed.items())), pins, python, machine, facts.torch.version, facts.torch.cuda,
            tuple(sorted((k, tuple(v)) for k, v in (facts.requires or {}).items())))
     seen = _MOVES.get(key)
     if seen is not None:
@@ -110,7 +112,7 @@ def pip_moves(facts: Facts, fix: Fix) -> Tuple[Pin, ...]:
     torch_pin = next((p.version for p in fix.pins if p.name == "torch"), None)
     cuda_major = cuda_major_after(torch_pin, facts.torch.version or installed.get("torch"), facts.torch.cuda)
     rel = load_release_catalogue()
-    res = resolve(rel, installed, pins, python, cuda_major, facts.requires)
+    res = resolve(rel, installed, pins, python, cuda_major, facts.requires, machine)
     pinned = {canonical_name(p.name) for p in fix.pins}
     by_name = {canonical_name(n): n for n in installed}
     moves: List[Pin] = []

@@ -112,8 +112,10 @@ class _Meta:
         python: Optional[str],
         cuda_major: Optional[int] = None,
         installed_requires: Optional[Mapping[str, Sequence[str]]] = None,
+        machine: str = "x86_64",
     ) -> None:
         self.rel = rel
+        self.machine = machine
         self.cuda_major = cuda_major
         self.installed: Dict[str, str] = {str(canonicalize_name(k)): v for k, v in installed.items()}
         # None: not probed (an older snapshot), the catalogue stands in for installed releases too
@@ -144,7 +146,7 @@ class _Meta:
             "python_full_version": self.python + ".0",
             "sys_platform": "linux",
             "platform_system": "Linux",
-            "platform_machine": "x86_64",
+            "platform_machine": self.machine,
             "os_name": "posix",
             "implementation_name": "cpython",
             "platform_python_implementation": "CPython",
@@ -318,10 +320,11 @@ def resolve(
     python: Optional[str] = None,
     cuda_major: Optional[int] = None,
     installed_requires: Optional[Mapping[str, Sequence[str]]] = None,
+    machine: str = "x86_64",
 ) -> Resolution:
     """Resolve the plan's pins (name, version, extras) against the catalogue, then check the
     whole installed set with the result applied (see the module doc)."""
-    meta = _Meta(rel, installed, python, cuda_major, installed_requires)
+    meta = _Meta(rel, installed, python, cuda_major, installed_requires, machine)
     roots = [
         Req(str(canonicalize_name(n)), SpecifierSet(f"=={v}"), frozenset(str(canonicalize_name(e)) for e in extras), "", f"{n}=={v}")
         for n, v, extras in pins

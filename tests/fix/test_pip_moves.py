@@ -127,6 +127,37 @@ def test_fix_costs_and_names_what_pip_moves(tmp_path) -> None:  # type: ignore[n
                                   "attn_implementation": "flash_attention_2"}))
     doc = json.loads(CliRunner().invoke(app, ["fix", "--env", str(snap), "--workload", str(wl), "--format", "json"]).output)
     assert "SWIFT-QWEN-VL-PACKING-TRANSFORMERS-4-53" in doc["cleared"]
-    assert not any(p.startswith("ms-swift") for p in doc["pins"]), doc["pins"]
-    alt = [a for a in doc["alternatives"] if any(p.startswith("ms-swift==") for p in a["pins"])]
-    assert alt and all("pip also moves transformers 4.57.1 ->" in a["why"] for a in alt), alt
+    # not the ms-swift 3.6.1 upgrade, which works only through pip's transformers move
+    assert "ms-swift==3.6.1" not in doc["pins"], doc["pins"]
+    alt = [a for a in doc["alternatives"] if "ms-swift==3.6.1" in a["pins"]]
+    assert all("pip also moves transformers 4.57.1 ->" in a["why"] for a in alt), alt
+
+
+def test_moves_on_linux_aarch64_read_markers_for_it() -> None:
+    """ms-swift 3.7.0's transformers<4.56 carries no marker: pip moves transformers on a Grace
+    (Linux aarch64) host too."""
+    arm = {**SWIFT, "platform": {"os": "Linux 6.8.0", "arch": "aarch64", "libc": "glibc 2.35"}}
+    facts, _ = case_inputs(arm)
+    assert moved_text(facts, Fix("upgrade ms-swift", pins=(Pin("ms-swift", "3.7.0"),))) == ("transformers 4.57.1 -> 4.55.4",)
+
+
+def test_a_workload_setting_the_workload_already_has_costs_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """With trl 0.24.0 installed, ms-swift 3.6.1 would make pip move trl and transformers, while
+    ms-swift 3.12.6 (with --attn_impl flash_attn, which the workload already states) moves
+    nothing: the plan takes 3.12.6 (check-R9 of sample 29)."""
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from doctor.cli import app
+    from doctor.rules.cases import case_snapshot
+
+    case = {**SWIFT, "packages": {**SWIFT["packages"], "flash-attn": "2.7.4.post1", "trl": "0.24.0"},
+            "platform": {"os": "Linux 6.8.0", "arch": "x86_64", "libc": "glibc 2.35"}}
+    snap, wl = tmp_path / "snap.json", tmp_path / "wl.yaml"
+    snap.write_text(json.dumps(case_snapshot(case)))
+    wl.write_text(yaml.safe_dump({"framework": "ms-swift", "model_type": "qwen2_5_vl", "packing": "padding_free",
+                                  "attn_implementation": "flash_attention_2"}))
+    doc = json.loads(CliRunner().invoke(app, ["fix", "--env", str(snap), "--workload", str(wl), "--format", "json"]).output)
+    assert doc["pins"] == ["ms-swift==3.12.6"], doc["pins"]
