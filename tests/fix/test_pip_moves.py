@@ -109,8 +109,8 @@ def test_a_probed_snapshot_counts_moves_through_packages_the_pins_bring_in() -> 
 
 def test_fix_costs_and_names_what_pip_moves(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """ms-swift 3.6.1 clears SWIFT-QWEN-VL-PACKING-TRANSFORMERS-4-53 only because pip also takes
-    transformers 4.57.1 down to 4.52.4: the plan counts that move (so it pins transformers
-    itself, one change instead of two) and the alternative says so."""
+    transformers 4.57.1 down to 4.52.4: the plan counts that move (so it does not take 3.6.1 for
+    one change when it is two), and a plan with such a pin names the move in its notes."""
     import json
 
     import yaml
@@ -129,8 +129,14 @@ def test_fix_costs_and_names_what_pip_moves(tmp_path) -> None:  # type: ignore[n
     assert "SWIFT-QWEN-VL-PACKING-TRANSFORMERS-4-53" in doc["cleared"]
     # not the ms-swift 3.6.1 upgrade, which works only through pip's transformers move
     assert "ms-swift==3.6.1" not in doc["pins"], doc["pins"]
-    alt = [a for a in doc["alternatives"] if "ms-swift==3.6.1" in a["pins"]]
-    assert all("pip also moves transformers 4.57.1 ->" in a["why"] for a in alt), alt
+    # the plan says what pip moves where its own pins make pip move something
+    from doctor.fix.plan import _moves_note
+
+    facts, _ = case_inputs(case)
+    assert _moves_note(facts, {"ms-swift": "3.6.1"}) == (
+        "pip also moves transformers 4.57.1 -> 4.52.4: the plan's pins require it, and the plan was re-checked with it moved",
+    )
+    assert _moves_note(facts, {"transformers": "4.52.4"}) == ()
 
 
 def test_moves_on_linux_aarch64_read_markers_for_it() -> None:
