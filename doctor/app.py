@@ -456,15 +456,6 @@ def check_fleet(inputs: Inputs, env_files: Sequence[Path]) -> Report:
     return merge_fleet(reports, docs)
 
 
-def _with_pip_moves(facts: Facts, pins: Sequence[Pin]) -> List[Pin]:
-    """The --assume pins plus the installed packages pip would move to satisfy them (as the fix
-    re-check applies them: doctor.fix.recheck.pip_moves), torch first."""
-    from doctor.fix.recheck import pip_moves
-
-    moved = pip_moves(facts, Fix("--assume", pins=tuple(pins)))
-    return sorted([*pins, *moved], key=lambda p: (p.name != "torch", p.name))
-
-
 def assumed_moves_note(facts: Facts, pins: Sequence[Pin]) -> Tuple[str, ...]:
     """'--assume ms-swift==3.7.0: pip would also move transformers 4.57.1 -> 4.55.4; assumed too'."""
     from doctor.fix.recheck import moved_text
@@ -479,9 +470,10 @@ def apply_assumed(facts: Facts, inputs: Inputs) -> Facts:
     """`facts` with the inputs' --assume pins and --assume-env settings applied; a pin moves
     the installed packages pip would move to satisfy it, as `pip install` would."""
     from doctor.assume import apply_env, apply_pins
+    from doctor.fix.recheck import with_pip_moves
 
     if inputs.pins:
-        facts = apply_pins(facts, _with_pip_moves(facts, inputs.pins))
+        facts = apply_pins(facts, with_pip_moves(facts, inputs.pins))
     if inputs.env_changes:
         facts = apply_env(facts, dict(inputs.env_changes))
     return facts

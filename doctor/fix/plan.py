@@ -28,10 +28,11 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
+from doctor.errors import InputError
 from doctor.memo import Memo
 from doctor.fix.companions import torch_companions
 from doctor.fix.install import extras_for, install_commands
-from doctor.fix.recheck import apply_fix, compare, moved_text, pip_moves
+from doctor.fix.recheck import apply_fix, compare, marker_machine, moved_text, pip_moves
 from doctor.fix.resolve import Resolution, resolve
 from doctor.releases.wheels import WheelChoice, choose_wheel, wheel_target
 from doctor.model import Facts, Finding, Fix, Pin, Severity, Workload
@@ -661,7 +662,7 @@ class _Planner:
 
             try:
                 self.noop_settings[memo] = apply_workload(self.workload, {key: value}) == self.workload
-            except Exception:  # noqa: BLE001 - a setting the workload cannot take is not a no-op
+            except InputError:  # a setting the workload cannot take is not a no-op
                 self.noop_settings[memo] = False
         return self.noop_settings[memo]
 
@@ -696,7 +697,7 @@ class _Planner:
         if key not in self.installable_memo:
             cuda_major = _cuda_major(self, ev.merged.pins.get("torch"))
             extras = {n: extras_for(self.rel, n, v, cuda_major) for n, v in ev.merged.pins.items()}
-            res = resolve(self.rel, self.installed, [(n, v, extras.get(n, ())) for n, v in ev.merged.pins.items()], self.python, cuda_major, self.facts.requires)
+            res = resolve(self.rel, self.installed, [(n, v, extras.get(n, ())) for n, v in ev.merged.pins.items()], self.python, cuda_major, self.facts.requires, marker_machine(self.facts))
             self.installable_memo[key] = all(c.name.startswith("nvidia-cudnn-cu") for c in res.conflicts)
         return self.installable_memo[key]
 
@@ -1007,7 +1008,7 @@ def _plan(rel: ReleaseCatalogue, cat: Catalogue, facts: Facts, workload: Workloa
         )
     cuda_major = _cuda_major(planner, ev.merged.pins.get("torch"))
     extras = {n: extras_for(rel, n, v, cuda_major) for n, v in ev.merged.pins.items()}
-    resolution = resolve(rel, planner.installed, [(n, v, extras.get(n, ())) for n, v in ev.merged.pins.items()], planner.python, cuda_major, planner.facts.requires)
+    resolution = resolve(rel, planner.installed, [(n, v, extras.get(n, ())) for n, v in ev.merged.pins.items()], planner.python, cuda_major, planner.facts.requires, marker_machine(planner.facts))
     conflicting = sorted({n for n in ev.merged.pins if n.startswith("nvidia-cudnn-cu")}) if conflicts else []
     if resolution.conflicts:
         conflicts = list(conflicts) + [str(c) for c in resolution.conflicts if not any(c.subject in x for x in conflicts)]

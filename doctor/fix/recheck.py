@@ -13,7 +13,7 @@ show them ("brings up TE-REQ-CUDNN-9-3").
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Set, Tuple
 
 from doctor.assume import apply_env, apply_pins, apply_workload
 from doctor.fix.companions import with_torch_companions
@@ -63,8 +63,7 @@ def apply_fix(facts: Facts, workload: Workload, fix: Fix) -> Tuple[Facts, Worklo
     to satisfy the pins (`pip_moves`: ms-swift 3.7.0's transformers<4.56 takes an installed
     transformers 4.57.1 down to 4.55.4) move too, so the re-check sees what pip leaves."""
     if fix.pins:
-        pins = list(fix.pins) + list(pip_moves(facts, fix))
-        facts = apply_pins(facts, sorted(pins, key=lambda p: (p.name != "torch", p.name)))
+        facts = apply_pins(facts, with_pip_moves(facts, fix.pins))
     if fix.env:
         facts = apply_env(facts, dict(fix.env))
     if fix.workload:  # a value copying another key ({workload.num_heads}) reads the workload before the fix
@@ -73,6 +72,18 @@ def apply_fix(facts: Facts, workload: Workload, fix: Fix) -> Tuple[Facts, Worklo
 
 
 _MOVES: "Memo[Tuple[Any, ...], Tuple[Pin, ...]]" = Memo(256)
+
+
+def with_pip_moves(facts: Facts, pins: Sequence[Pin]) -> List[Pin]:
+    """`pins` plus what pip would move to satisfy them (pip_moves), in the order apply_pins
+    takes them: torch first (its bundle resets cuDNN, and an explicit cuDNN pin then wins)."""
+    moved = pip_moves(facts, Fix("pins", pins=tuple(pins)))
+    return sorted([*pins, *moved], key=lambda p: (p.name != "torch", p.name))
+
+
+def marker_machine(facts: Facts) -> str:
+    """The machine Requires-Dist markers are read for: the snapshot's, x86-64 where unknown."""
+    return facts.platform.machine or "x86_64"
 
 
 def pip_moves(facts: Facts, fix: Fix) -> Tuple[Pin, ...]:
@@ -97,7 +108,7 @@ def pip_moves(facts: Facts, fix: Fix) -> Tuple[Pin, ...]:
     plat = facts.platform
     if plat.system is not None and plat.system != "linux":
         return ()
-    machine = plat.machine or "x86_64"
+    machine = marker_machine(facts)
     pv = parse_version(facts.python.version) if facts.python.version else None
     python = f"{pv.major}.{pv.minor}" if pv else None
     pins = tuple(sorted((p.name, p.version, tuple(p.extras)) for p in fix.pins))
@@ -170,7 +181,7 @@ def _breaks_installed(rel: "ReleaseCatalogue", facts: Facts, fix: Fix, python: O
         return []
     torch_pin = next((p.version for p in fix.pins if p.name == "torch"), None)
     cuda_major = cuda_major_after(torch_pin, facts.torch.version or installed.get("torch"), facts.torch.cuda)
-    res = resolve(rel, installed, [(p.name, p.version, p.extras) for p in fix.pins], python, cuda_major, facts.requires)
+    res = resolve(rel, installed, [(p.name, p.version, p.extras) for p in fix.pins], python, cuda_major, facts.requires, marker_machine(facts))
     pinned = {p.name for p in fix.pins}
     # pip's check after installing (a requirement broken by what would be installed), or a
     # resolution that an installed, unpinned package's requirement makes impossible; not a pin
