@@ -355,3 +355,28 @@ def test_bad_named_conditions_name_file_and_line(tmp_path: Path, named: str, rul
         load_catalogue([tmp_path], builtin=False, use_cache=False)
     text = exc.value.one_line()
     assert needle in text and where in text, text
+
+
+def test_rule_cases_read_back_from_the_disk_cache_are_the_rules_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache keeps each rule's test cases as text decoded on first use (`check` never reads
+    them); a later process that reads the cache (lint, rules show) sees the same cases and they
+    still pass."""
+    from doctor.memo import Memo
+    from doctor.rules import loader
+    from doctor.rules.cases import run_rule_cases
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    rules = tmp_path / "mine"
+    rules.mkdir()
+    (rules / "r.yaml").write_text(GOOD)
+    fresh = load_catalogue([rules], builtin=False, use_cache=False)
+    load_catalogue([rules], builtin=False)  # writes the cache
+    monkeypatch.setattr(loader, "_LOADED", Memo(4))  # as a new process
+    cached = load_catalogue([rules], builtin=False)
+    assert cached is not fresh
+    rule = cached.rule("MY-RULE")
+    assert isinstance(rule.tests, loader.CasesText)
+    assert dict(rule.tests) == dict(fresh.rule("MY-RULE").tests)
+    assert rule.tests["fires"] == [{"packages": {"torch": "2.6.0"}}]
+    outcomes = run_rule_cases(cached)
+    assert [(o.kind, o.got) for o in outcomes] == [("fires", "fired"), ("passes", "passed")]
