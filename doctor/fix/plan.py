@@ -279,7 +279,11 @@ class _Planner:
 
     def _installs_here(self, name: str, version: str) -> bool:
         """Does PyPI have this release for this Python and this platform (where known)?"""
-        return self.rel.python_ok(name, version, self.python) and self.rel.platform_ok(name, version, self.platform)
+        return (
+            self.rel.python_ok(name, version, self.python)
+            and self.rel.platform_ok(name, version, self.platform)
+            and self.rel.cuda_build_ok(name, version, self.platform, self.torch0)
+        )
 
     def cudnn_dist(self, torch_version: Optional[str] = None) -> Optional[str]:
         cuda = None
@@ -322,6 +326,9 @@ class _Planner:
             return None
         if not self.rel.platform_ok(name, version, self.platform):
             self.notes.append(f"{rule_id}: PyPI has no {name}=={version} wheel for {self.platform}; not pinned")
+            return None
+        if not self.rel.cuda_build_ok(name, version, self.platform, self.torch0):
+            self.notes.append(f"{rule_id}: PyPI's {name}=={version} for {self.platform} is a CPU-only build; not pinned")
             return None
         if not self.rel.python_ok(name, version, self.python):
             self.notes.append(f"{rule_id}: {name}=={version} does not install on Python {self.python}")

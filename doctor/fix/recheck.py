@@ -146,7 +146,8 @@ def moved_text(facts: Facts, fix: Fix) -> Tuple[str, ...]:
 
 def uninstallable(facts: Facts, fix: Fix) -> Tuple[str, ...]:
     """The fix's pins that do not install here: the release catalogue knows the release and
-    says it needs another Python, or has no wheel for this OS and machine. Unknown Python,
+    says it needs another Python, or has no wheel for this OS and machine, or (torch) only a
+    CPU-only wheel for it (ReleaseCatalogue.cuda_build_ok). Unknown Python,
     platform or release: not counted (the planner's `_check_pin` makes the same two checks)."""
     if not fix.pins:
         return ()
@@ -163,6 +164,8 @@ def uninstallable(facts: Facts, fix: Fix) -> Tuple[str, ...]:
             out.append(f"{pin.name}=={pin.version} does not install on Python {python}")
         elif not rel.platform_ok(pin.name, pin.version, platform):
             out.append(f"PyPI has no {pin.name}=={pin.version} wheel for {platform}")
+        elif not rel.cuda_build_ok(pin.name, pin.version, platform, facts.torch.version or (facts.packages or {}).get("torch")):
+            out.append(f"PyPI's {pin.name}=={pin.version} for {platform} is a CPU-only build")
     if not out:
         out.extend(_breaks_installed(rel, facts, fix, python))
     return tuple(out)

@@ -78,6 +78,14 @@ class TorchBundle:
         return tuple(out)
 
 
+# PyPI's torch wheels for these platforms are CPU-only builds before this release: their nvidia-*
+# Requires-Dist carry platform_machine == "x86_64" and torch/lib holds libtorch_cpu.so but no
+# libtorch_cuda.so (read in the cp311 manylinux_2_28_aarch64 wheels of 2.7.1, 2.8.0, 2.9.0, 2.9.1
+# and 2.10.0; 2.4.1-2.6.0's manylinux2014/2_28 aarch64 metadata the same); from 2.11.0 PyPI's
+# aarch64 wheels are CUDA 13 builds (cuda-toolkit, nvidia-cudnn-cu13 without a machine marker)
+TORCH_CUDA_WHEELS_FROM: Mapping[str, str] = MappingProxyType({"linux-aarch64": "2.11.0"})
+
+
 @dataclass(frozen=True)
 class Release:
     """One version of a package on the index."""
@@ -173,6 +181,22 @@ class ReleaseCatalogue:
         if rel is None or rel.platforms is None:
             return True
         return platform in rel.platforms
+
+    def cuda_build_ok(self, name: str, version: str, platform: Optional[str], installed_torch: Optional[str] = None) -> bool:
+        """Is PyPI's wheel of this release for this platform a CUDA build, where the catalogue knows
+        it is not (torch below TORCH_CUDA_WHEELS_FROM on that platform)? True otherwise, and when
+        either is unknown: a CPU-only torch pin installs there but brings no CUDA, cuDNN or kernel.
+        True too where the installed torch carries a +cuXXX label: `fix` then installs the pin
+        from PyTorch's CUDA index (install.json), not from PyPI."""
+        if name != "torch" or not platform or platform not in TORCH_CUDA_WHEELS_FROM:
+            return True
+        if installed_torch and installed_torch.partition("+")[2].startswith("cu"):
+            return True
+        from doctor.versions import parse_version
+
+        v = parse_version(version)
+        floor = parse_version(TORCH_CUDA_WHEELS_FROM[platform])
+        return v is None or floor is None or v.release >= floor.release
 
     def python_ok(self, name: str, version: str, python: Optional[str]) -> bool:
         """Can this version be installed on this Python? True when either is unknown."""

@@ -240,6 +240,25 @@ def test_a_pin_pypi_has_no_wheel_for_on_this_platform_is_not_planned(tmp_path: P
     assert not [n for n in plan_fixes(rel, cat, facts, workload).notes if "wheel for" in n]
 
 
+def test_a_torch_pin_whose_pypi_wheel_here_is_cpu_only_is_not_planned(tmp_path: Path, rel) -> None:  # type: ignore[no-untyped-def]
+    # PyPI's aarch64 torch 2.8.0 is a CPU build (nvidia-* requirements marked x86_64, no
+    # libtorch_cuda.so): not planned on aarch64 Linux (with a note), and no torch below 2.11 instead
+    cat = _catalogue(
+        tmp_path,
+        HEAD
+        + _rule("OLD-TORCH", '{package: torch, version: "<2.1"}', '[{description: upgrade torch, pins: ["torch==2.8.0"]}]',
+                '{packages: {torch: "2.0.1"}}', '{packages: {torch: "2.8.0"}}'),
+    )
+    case: Dict[str, Any] = {"packages": {"torch": "2.0.1"}, "torch": {"version": "2.0.1", "cuda": "11.8"}, "python": {"version": "3.11.9"}}
+    facts, workload = case_inputs({**case, "platform": {"os": "Linux 6.8.0", "arch": "aarch64", "libc": "glibc 2.39"}})
+    plan = plan_fixes(rel, cat, facts, workload)
+    assert "torch==2.8.0" not in pins(plan)
+    assert all(rel.cuda_build_ok("torch", p.split("==")[1], "linux-aarch64") for p in pins(plan) if p.startswith("torch=="))
+    assert any("torch==2.8.0 for linux-aarch64 is a CPU-only build" in n for n in plan.notes), plan.notes
+    facts, workload = case_inputs({**case, "platform": {"os": "Linux 6.8.0", "arch": "x86_64", "libc": "glibc 2.39"}})
+    assert not [n for n in plan_fixes(rel, cat, facts, workload).notes if "CPU-only" in n]
+
+
 def test_torchvision_and_torchaudio_follow_a_torch_move(tmp_path: Path, rel) -> None:  # type: ignore[no-untyped-def]
     """torchvision/torchaudio wheels pin torch exactly (their Requires-Dist, read into the release
     catalogue): a plan that moves torch moves them to the releases built for the new torch, in

@@ -45,3 +45,35 @@ def test_the_release_table_takes_a_torchs_pythons_from_its_wheels() -> None:
     assert _recheck("3.14.0", "2.9.1").verified
     assert _recheck("3.15.0", "2.9.1").uninstallable == ("torch==2.9.1 does not install on Python 3.15",)
     assert _recheck("3.15.0", "2.15.0").verified
+
+
+def _recheck_on(arch: str, version: str):  # type: ignore[no-untyped-def]
+    cat = load_catalogue()
+    case = copy.deepcopy(CASE)
+    case["python"] = {"version": "3.11.9"}
+    case["platform"] = {"os": "Linux 6.8.0", "arch": arch, "libc": "glibc 2.39"}
+    facts, wl = case_inputs(case)
+    d = diagnose(cat, facts, wl)
+    return recheck(cat, facts, wl, Fix("move torch", pins=(Pin("torch", version),)), (RULE,), d)
+
+
+def test_a_torch_pin_whose_pypi_wheel_for_this_machine_is_cpu_only_is_not_verified() -> None:
+    # PyPI's aarch64 torch wheels up to 2.10.0 are CPU builds (nvidia-* requirements marked
+    # platform_machine == "x86_64", no libtorch_cuda.so); 2.11.0's are CUDA 13 builds
+    from doctor.releases.catalogue import load_release_catalogue
+
+    rel = load_release_catalogue()
+    assert not rel.cuda_build_ok("torch", "2.8.0", "linux-aarch64")
+    assert not rel.cuda_build_ok("torch", "2.10.0", "linux-aarch64")
+    assert rel.cuda_build_ok("torch", "2.11.0", "linux-aarch64")
+    assert rel.cuda_build_ok("torch", "2.8.0", "linux-x86_64")
+    assert rel.cuda_build_ok("torch", "2.8.0", None)
+    assert rel.cuda_build_ok("nvidia-cudnn-cu12", "9.10.2.21", "linux-aarch64")
+    assert _recheck_on("x86_64", "2.8.0").uninstallable == ()
+    r = _recheck_on("aarch64", "2.8.0")
+    assert r.uninstallable == ("PyPI's torch==2.8.0 for linux-aarch64 is a CPU-only build",)
+    assert not r.verified
+    assert "CPU-only" not in " ".join(_recheck_on("aarch64", "2.11.0").uninstallable)
+    # a +cuXXX torch came from PyTorch's CUDA index, which `fix` installs the pin from
+    assert rel.cuda_build_ok("torch", "2.8.0", "linux-aarch64", "2.7.1+cu128")
+    assert not rel.cuda_build_ok("torch", "2.8.0", "linux-aarch64", "2.7.1")
