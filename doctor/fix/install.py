@@ -25,7 +25,7 @@ from packaging.utils import canonicalize_name
 from doctor.errors import InputError
 from doctor.releases.wheels import RELEASES_URL, WheelChoice, _ci_tag
 from doctor.fix.companions import IN_TORCH_COMMAND
-from doctor.releases.catalogue import ReleaseCatalogue, torch_bundle
+from doctor.releases.catalogue import ReleaseCatalogue, torch_cuda_index_tag
 from doctor.resources import rules_dir
 from doctor.versions import parse_version
 
@@ -194,11 +194,9 @@ def install_commands(
     if torch_v and torch_moved:
         rec = _recipe("torch")
         cmd = "pip install " + " ".join(f'"{n}=={pins[n]}"' for n in ("torch", *together))
-        label = (torch_before or "").partition("+")[2]
-        b = torch_bundle(torch_v)
+        cu = torch_cuda_index_tag(torch_before, torch_v)
         extra = ""
-        if label.startswith("cu") and rec.index and b is not None and b.cuda:
-            cu = "cu" + b.cuda.replace(".", "")
+        if cu is not None and rec.index:
             cmd += f" --index-url {rec.index.format(cu=cu)}"
             extra = f"; from PyTorch's {cu} index, as your torch {torch_before} was"
         size = _size(rel, "torch", torch_v)

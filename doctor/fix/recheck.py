@@ -148,7 +148,7 @@ def uninstallable(facts: Facts, fix: Fix) -> Tuple[str, ...]:
     """The fix's pins that do not install here: the release catalogue knows the release and
     says it needs another Python, or has no wheel for this OS and machine, or (torch) only a
     CPU-only wheel for it (ReleaseCatalogue.cuda_build_ok). Unknown Python,
-    platform or release: not counted (the planner's `_check_pin` makes the same two checks)."""
+    platform or release: not counted (the planner's `_check_pin` makes the same checks)."""
     if not fix.pins:
         return ()
     from doctor.releases.catalogue import load_release_catalogue

@@ -83,7 +83,20 @@ class TorchBundle:
 # libtorch_cuda.so (read in the cp311 manylinux_2_28_aarch64 wheels of 2.7.1, 2.8.0, 2.9.0, 2.9.1
 # and 2.10.0; 2.4.1-2.6.0's manylinux2014/2_28 aarch64 metadata the same); from 2.11.0 PyPI's
 # aarch64 wheels are CUDA 13 builds (cuda-toolkit, nvidia-cudnn-cu13 without a machine marker)
-TORCH_CUDA_WHEELS_FROM: Mapping[str, str] = MappingProxyType({"linux-aarch64": "2.11.0"})
+# PyPI's Windows torch wheels are CPU-only in every release (CUDA builds only on PyTorch's index;
+# read in the 2.8.0 and 2.15.0 win_amd64 wheels: no nvidia-* Requires-Dist, no torch_cuda.dll): no floor
+TORCH_CUDA_WHEELS_FROM: Mapping[str, Optional[str]] = MappingProxyType({"linux-aarch64": "2.11.0", "windows-x86_64": None})
+
+
+def torch_cuda_index_tag(torch_before: Optional[str], torch_pin: str) -> Optional[str]:
+    """The PyTorch CUDA index ("cu128") that `fix` installs a torch pin from: where the installed
+    torch carries a +cuXXX label and the release table knows the pin's CUDA. None: from PyPI.
+    (doctor.fix.install builds the command with it; cuda_build_ok exempts exactly these pins.)"""
+    label = (torch_before or "").partition("+")[2]
+    bundle = torch_bundle(torch_pin)
+    if label.startswith("cu") and bundle is not None and bundle.cuda:
+        return "cu" + bundle.cuda.replace(".", "")
+    return None
 
 
 @dataclass(frozen=True)
@@ -186,16 +199,19 @@ class ReleaseCatalogue:
         """Is PyPI's wheel of this release for this platform a CUDA build, where the catalogue knows
         it is not (torch below TORCH_CUDA_WHEELS_FROM on that platform)? True otherwise, and when
         either is unknown: a CPU-only torch pin installs there but brings no CUDA, cuDNN or kernel.
-        True too where the installed torch carries a +cuXXX label: `fix` then installs the pin
-        from PyTorch's CUDA index (install.json), not from PyPI."""
+        True too where `fix` installs the pin from PyTorch's CUDA index instead of PyPI
+        (torch_cuda_index_tag: the installed torch carries a +cuXXX label and the pin's CUDA is known)."""
         if name != "torch" or not platform or platform not in TORCH_CUDA_WHEELS_FROM:
             return True
-        if installed_torch and installed_torch.partition("+")[2].startswith("cu"):
+        if torch_cuda_index_tag(installed_torch, version) is not None:
             return True
         from doctor.versions import parse_version
 
+        since = TORCH_CUDA_WHEELS_FROM[platform]
+        if since is None:
+            return False
         v = parse_version(version)
-        floor = parse_version(TORCH_CUDA_WHEELS_FROM[platform])
+        floor = parse_version(since)
         return v is None or floor is None or v.release >= floor.release
 
     def python_ok(self, name: str, version: str, python: Optional[str]) -> bool:

@@ -77,3 +77,25 @@ def test_a_torch_pin_whose_pypi_wheel_for_this_machine_is_cpu_only_is_not_verifi
     # a +cuXXX torch came from PyTorch's CUDA index, which `fix` installs the pin from
     assert rel.cuda_build_ok("torch", "2.8.0", "linux-aarch64", "2.7.1+cu128")
     assert not rel.cuda_build_ok("torch", "2.8.0", "linux-aarch64", "2.7.1")
+
+
+def test_a_pypi_torch_pin_on_windows_is_a_cpu_build_and_the_cuda_index_exemption_is_what_fix_installs() -> None:
+    """PyPI's Windows torch wheels are CPU-only in every release; a +cuXXX torch is exempt only
+    where `fix` really adds PyTorch's CUDA index to the command (the pin's CUDA known)."""
+    from doctor.fix.install import install_commands
+    from doctor.releases.catalogue import load_release_catalogue, torch_cuda_index_tag
+
+    rel = load_release_catalogue()
+    assert not rel.cuda_build_ok("torch", "2.8.0", "windows-x86_64")
+    assert not rel.cuda_build_ok("torch", "2.11.0", "windows-x86_64")
+    assert rel.cuda_build_ok("torch", "2.8.0", "windows-x86_64", "2.7.1+cu128")
+    # a pin whose CUDA the release table does not know is installed from PyPI: not exempt
+    unknown = "1.0.0"
+    assert torch_cuda_index_tag("2.7.1+cu128", unknown) is None
+    assert not rel.cuda_build_ok("torch", unknown, "linux-aarch64", "2.7.1+cu128")
+    # the command `fix` writes takes the same index the exemption counted on
+    tag = torch_cuda_index_tag("2.7.1+cu128", "2.8.0")
+    assert tag is not None and tag.startswith("cu")
+    cmds = install_commands(rel, {"torch": "2.8.0"}, {"torch": "2.7.1+cu128"}, "2.7.1+cu128")
+    torch_cmd = next(c for c in cmds if c.package == "torch")
+    assert f"/{tag}" in torch_cmd.command
