@@ -239,14 +239,18 @@ def default_attention(workload: Workload, packages: Mapping[str, str], framework
       would keep flash_attention_2, not modelled) and 4.54-4.55.2 without it fall back to sdpa;
       4.56-4.57 with `kernels` installed first try a Hub kernel (not modelled);
     - None: an attn_implementation is stated, the framework is not transformers-based or picks
-      attention itself (verl, XTuner, unsloth, diffusers), or nothing runs (ms-swift 3.4.1+ with
+      attention itself (verl, XTuner when training, unsloth, diffusers), or nothing runs (ms-swift 3.4.1+ with
       padding_free/packing refuses them without a flash attn_impl before the model is built:
       3.4.1 train_args.py:139-141 (--packing, the only flag then), 3.5.0 :135-143, 3.7.0 :136-144;
       SWIFT-PACKING-NEEDS-FLASH-ATTN; an unknown ms-swift is read the same)."""
     from doctor.versions import version_matches
 
     framework = workload.framework if framework is None else framework
-    if workload.attn_implementation is not None or framework not in HF_DEFAULT_SDPA:
+    # XTuner chooses flash_attention_2 only on its training path (SupervisedFinetune); `xtuner
+    # chat`/mmbench load the plain transformers model with no attn_implementation (v0.1.23
+    # tools/chat.py:235, v0.2.0 :264): transformers' own default (check-R3 of sample 30)
+    xtuner_inference = framework == "xtuner" and workload.training is False
+    if workload.attn_implementation is not None or (framework not in HF_DEFAULT_SDPA and not xtuner_inference):
         return None
     tf, model = packages.get("transformers"), workload.model_type
     swift = packages.get("ms-swift")

@@ -265,3 +265,17 @@ def test_modernbert_on_4_54_0_keeps_sdpa_on_a_gpu_too() -> None:
         facts, wl = case_inputs({**gpu, "packages": {"torch": "2.8.0", "transformers": tf, "flash-attn": "2.8.3"},
                                  "workload": {"framework": "transformers", "model_type": "modernbert"}})
         assert infer(facts, wl).default_attention == want, tf
+
+
+@pytest.mark.parametrize("training,want", [(False, "sdpa"), (True, None)])
+def test_xtuner_picks_attention_only_when_it_trains(training: bool, want: Optional[str]) -> None:
+    """XTuner sets flash_attention_2 on its training path only; `xtuner chat` loads the plain
+    transformers model, so outside training transformers' own default runs (and with it
+    repeat_kv, which lets SDPA's memory-efficient kernel take a GQA model)."""
+    from doctor.rules.evaluate import diagnose
+    from doctor.rules.loader import load_catalogue
+
+    packages = {"torch": "2.6.0", "transformers": "4.46.3", "xtuner": "0.1.23"}
+    facts, wl = case_inputs({"packages": packages, "workload": {"framework": "xtuner", "model_type": "llama", "training": training}})
+    d = diagnose(load_catalogue(), facts, wl)
+    assert d.path.default_attention == want
