@@ -106,6 +106,12 @@ def te_attention(workload: Workload) -> bool:
     # language_module.py:45-48) (sample 26 row 28). NeMo's own specs are not read here.
     if workload.framework == "megatron" and workload.attention_backend == "local":
         return False
+    # verl's FSDP workers load the model through transformers (attn_implementation
+    # flash_attention_2 unless configured: v0.2 .. v0.7.0 fsdp_workers.py); only its Megatron
+    # workers (distributed: megatron) build Megatron-Core layers with TE's attention (check-R3 of
+    # sample 30). An unstated strategy may be either.
+    if workload.framework == "verl" and workload.distributed is not None and workload.distributed != "megatron":
+        return False
     return workload.attn_implementation not in TE_ELSEWHERE_ATTN and workload.framework not in TE_ELSEWHERE_FRAMEWORKS
 
 

@@ -6,7 +6,7 @@ from typing import Any, Dict, Optional
 
 import pytest
 
-from doctor.rules.callpath import infer
+from doctor.rules.callpath import infer, te_attention
 from doctor.rules.cases import case_inputs
 
 
@@ -279,3 +279,14 @@ def test_xtuner_picks_attention_only_when_it_trains(training: bool, want: Option
     facts, wl = case_inputs({"packages": packages, "workload": {"framework": "xtuner", "model_type": "llama", "training": training}})
     d = diagnose(load_catalogue(), facts, wl)
     assert d.path.default_attention == want
+
+
+@pytest.mark.parametrize("distributed,want", [("fsdp", False), ("megatron", True), (None, True)])
+def test_verl_runs_te_attention_only_on_its_megatron_workers(distributed: Optional[str], want: bool) -> None:
+    """verl's FSDP workers load the model through transformers; its Megatron workers build
+    Megatron-Core layers with TE's DotProductAttention; an unstated strategy may be either."""
+    workload: Dict[str, Any] = {"framework": "verl"}
+    if distributed:
+        workload["distributed"] = distributed
+    facts, wl = case_inputs({"packages": {"torch": "2.9.0", "verl": "0.5.0", "transformer-engine": "2.19.0"}, "workload": workload})
+    assert te_attention(wl) is want
