@@ -265,3 +265,24 @@ def test_modernbert_on_4_54_0_keeps_sdpa_on_a_gpu_too() -> None:
         facts, wl = case_inputs({**gpu, "packages": {"torch": "2.8.0", "transformers": tf, "flash-attn": "2.8.3"},
                                  "workload": {"framework": "transformers", "model_type": "modernbert"}})
         assert infer(facts, wl).default_attention == want, tf
+
+
+# unsloth 2025.3.10-2025.3.19 FastModel drops the attn_implementation asked for and loads sdpa
+# (2025.3.10 vision.py:240/:252, 2025.3.19 :307); 2025.4.1 keeps a stated one (:309-310). It takes
+# a stated full fine-tuning (or 8-bit load) and a family unsloth's own loaders do not patch.
+@pytest.mark.parametrize(
+    "unsloth,workload,want",
+    [
+        ("2025.3.10", {"finetune": "full", "model_type": "gemma2", "attn_implementation": "flash_attention_2"}, ("sdpa", "torch-sdpa")),
+        ("2025.3.19", {"finetune": "full", "model_type": "llama", "attn_implementation": "eager"}, ("sdpa", "torch-sdpa")),
+        ("2025.3.19", {"finetune": "lora", "model_type": "gemma3", "attn_implementation": "flash_attention_2"}, ("sdpa", "torch-sdpa")),
+        ("2025.4.1", {"finetune": "full", "model_type": "gemma2", "attn_implementation": "flash_attention_2"}, ("flash_attention_2", "flash-attn")),
+        ("2025.3.9", {"finetune": "full", "model_type": "gemma2", "attn_implementation": "flash_attention_2"}, ("flash_attention_2", "flash-attn")),
+        # unsloth's own loaders (QLoRA, 16-bit LoRA, or a load not stated) keep the stated value here
+        ("2025.3.10", {"finetune": "qlora", "model_type": "gemma2", "attn_implementation": "flash_attention_2"}, ("flash_attention_2", "flash-attn")),
+        ("2025.3.10", {"model_type": "gemma2", "attn_implementation": "flash_attention_2"}, ("flash_attention_2", "flash-attn")),
+    ],
+)
+def test_unsloth_fastmodel_loads_sdpa_whatever_is_asked(unsloth: str, workload: Dict[str, Any], want: tuple) -> None:
+    p = _path({"torch": "2.5.1", "transformers": "4.47.1", "unsloth": unsloth}, {"framework": "unsloth", **workload})
+    assert (p.attention, p.library) == want
