@@ -43,6 +43,9 @@ CATALOGUE_PACKAGES = (
     "ms-swift",
     "llamafactory",
     "unsloth",
+    # unsloth pins its own unsloth_zoo floor (each unsloth release asks for unsloth_zoo>=its month);
+    # a fix that pins an older unsloth must pin the matching unsloth_zoo or pip takes the newest
+    "unsloth-zoo",
     "ring-flash-attn",
     "verl",
     # torch's companions (their wheels pin torch exactly): a fix that moves torch moves them

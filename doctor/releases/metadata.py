@@ -56,6 +56,7 @@ METADATA_FLOOR = {
     "ms-swift": "3.0.0",
     "verl": "0.2.0",
     "unsloth": "2025.1",
+    "unsloth-zoo": "2025.3",
 }
 
 Http = Callable[[str, Optional[Tuple[int, int]]], bytes]  # url, byte range (start, end incl.) -> body

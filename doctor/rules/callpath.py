@@ -2,7 +2,8 @@
 
     framework   who dispatches attention (transformers, megatron, torchtitan, xtuner, ...)
     attention   the framework's own choice (transformers' attn_implementation: sdpa,
-                flash_attention_2, ...), when it has one
+                flash_attention_2, ...), when it has one: the one the model is loaded with,
+                which is not the stated one where the framework replaces it (framework_attention)
     library     the kernel library that runs: torch-sdpa, flash-attn, flash-attn-3, flash-attn-4,
                 transformer-engine, flex, eager
     cp_impl     whose context/sequence parallelism splits the sequence: none, te, torch_ring,
@@ -93,7 +94,7 @@ TE_MODEL_TYPE = re.compile(r"^nv_")
 # core_r0.1x) and nemo (nlp/modules/common/megatron/attention.py, use_flash_attention, through v2.4.0).
 FA_ELSEWHERE_FRAMEWORKS = ("transformers", "trl", "peft", "accelerate", "axolotl", "unsloth", "llamafactory", "diffusers",
                            "ms-swift", "torchtitan", "nemo", "megatron")
-__all__ = ["FIELDS", "CallPath", "default_attention", "flash_attn_direct", "infer", "te_attention"]
+__all__ = ["FIELDS", "CallPath", "default_attention", "flash_attn_direct", "framework_attention", "infer", "te_attention"]
 
 
 def te_attention(workload: Workload) -> bool:
@@ -133,7 +134,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
     attention: Optional[str] = None
     library: Optional[str] = None
     if framework in HF_BASED:
-        attention = workload.attn_implementation
+        attention = framework_attention(workload, packages, framework) or workload.attn_implementation
         if attention is None:
             chosen = (selections or {}).get("transformers")
             attention = chosen.split(".", 1)[1] if chosen else None
@@ -209,6 +210,41 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         inferred=tuple(inferred),
         unknown=tuple(unknown),
     )
+
+
+# the families unsloth 2025.3.x's FastLanguageModel sends to its own loaders (rules/conditions.yaml
+# unsloth_own_attention; Qwen3 joins them from 2025.4.2, after the releases read here)
+UNSLOTH_OWN_FAMILIES = ("llama", "mistral", "gemma", "gemma2", "qwen2")
+
+
+def framework_attention(workload: Workload, packages: Mapping[str, str], framework: Optional[str]) -> Optional[str]:
+    """The attn_implementation a framework loads the transformers model with whatever the
+    workload asks for, or None where the request (or transformers' default) stands.
+
+    - sdpa: unsloth 2025.3.10-2025.3.19 on a stated full fine-tuning (finetune: full, which also
+      stands for load_in_8bit=True) or a stated family its own loaders do not patch (not llama,
+      mistral, gemma, gemma2, qwen2): FastLanguageModel hands such a load to FastModel (2025.3.10
+      loader.py:96-116 and the else-branch :295-314; 2025.3.19 :102-107 and :307-326), whose
+      FastBaseModel.from_pretrained drops the
+      attn_implementation asked for and loads with sdpa (2025.3.10 vision.py:240 and :252;
+      2025.3.11-2025.3.18 pop the request and pass sdpa, eager only for Pixtral; 2025.3.19
+      vision.py:307 sets sdpa unconditionally). 2025.4.1 keeps a stated one (vision.py:309-310).
+      Not for a family that declares no sdpa (path.model_has_sdpa false), which those releases
+      either refuse at load (transformers raises on sdpa) or load with eager (2025.3.19, Pixtral):
+      not modelled, the request is left as stated."""
+    from doctor.versions import version_matches
+
+    if framework != "unsloth":
+        return None
+    model = workload.model_type
+    if workload.finetune != "full" and (model is None or model in UNSLOTH_OWN_FAMILIES):
+        return None
+    uns = packages.get("unsloth")
+    if uns is None or not version_matches(uns, ">=2025.3.10,<2025.4.1"):
+        return None
+    if model_supports(packages.get("transformers"), workload.model_type, "sdpa") is False:
+        return None
+    return "sdpa"
 
 
 def default_attention(workload: Workload, packages: Mapping[str, str], framework: Optional[str] = None, has_sdpa: Optional[bool] = None, gpu_torch: Optional[bool] = None) -> Optional[str]:

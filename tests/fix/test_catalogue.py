@@ -171,3 +171,11 @@ def test_a_releases_folder_that_is_not_there_is_named_as_such(tmp_path: Path) ->
         load_release_catalogue(afile)
     with pytest.raises(InputError, match="no torch or flash-attn releases"):
         load_release_catalogue(tmp_path)  # a folder, but empty
+
+
+def test_unsloth_zoo_is_known_with_the_transformers_each_release_asks_for(rel) -> None:  # type: ignore[no-untyped-def]
+    # a fix pinning unsloth 2025.4.1 pins unsloth_zoo 2025.4.1 with it: zoo 2025.4.1 asks for what
+    # unsloth 2025.4.1 does, while the 2025.10 zoos a bare unsloth pin would pull need transformers>=4.51.3
+    assert rel.knows("unsloth-zoo") and rel.exists("unsloth-zoo", "2025.4.1")
+    assert "transformers!=4.47.0,>=4.46.1" in rel.packages["unsloth-zoo"].get("2025.4.1").requires_dist
+    assert any(r.startswith("transformers") and ">=4.51.3" in r for r in rel.packages["unsloth-zoo"].get("2025.10.1").requires_dist)

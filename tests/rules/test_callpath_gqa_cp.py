@@ -290,3 +290,24 @@ def test_verl_runs_te_attention_only_on_its_megatron_workers(distributed: Option
         workload["distributed"] = distributed
     facts, wl = case_inputs({"packages": {"torch": "2.9.0", "verl": "0.5.0", "transformer-engine": "2.19.0"}, "workload": workload})
     assert te_attention(wl) is want
+
+
+# unsloth 2025.3.10-2025.3.19 FastModel drops the attn_implementation asked for and loads sdpa
+# (2025.3.10 vision.py:240/:252, 2025.3.19 :307); 2025.4.1 keeps a stated one (:309-310). It takes
+# a stated full fine-tuning (or 8-bit load) and a family unsloth's own loaders do not patch.
+@pytest.mark.parametrize(
+    "unsloth,workload,want",
+    [
+        ("2025.3.10", {"finetune": "full", "model_type": "gemma2", "attn_implementation": "flash_attention_2"}, ("sdpa", "torch-sdpa")),
+        ("2025.3.19", {"finetune": "full", "model_type": "llama", "attn_implementation": "eager"}, ("sdpa", "torch-sdpa")),
+        ("2025.3.19", {"finetune": "lora", "model_type": "gemma3", "attn_implementation": "flash_attention_2"}, ("sdpa", "torch-sdpa")),
+        ("2025.4.1", {"finetune": "full", "model_type": "gemma2", "attn_implementation": "flash_attention_2"}, ("flash_attention_2", "flash-attn")),
+        ("2025.3.9", {"finetune": "full", "model_type": "gemma2", "attn_implementation": "flash_attention_2"}, ("flash_attention_2", "flash-attn")),
+        # unsloth's own loaders (QLoRA, 16-bit LoRA, or a load not stated) keep the stated value here
+        ("2025.3.10", {"finetune": "qlora", "model_type": "gemma2", "attn_implementation": "flash_attention_2"}, ("flash_attention_2", "flash-attn")),
+        ("2025.3.10", {"model_type": "gemma2", "attn_implementation": "flash_attention_2"}, ("flash_attention_2", "flash-attn")),
+    ],
+)
+def test_unsloth_fastmodel_loads_sdpa_whatever_is_asked(unsloth: str, workload: Dict[str, Any], want: tuple) -> None:
+    p = _path({"torch": "2.5.1", "transformers": "4.47.1", "unsloth": unsloth}, {"framework": "unsloth", **workload})
+    assert (p.attention, p.library) == want
