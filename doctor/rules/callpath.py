@@ -11,7 +11,9 @@
     packing     padded (with a mask), varlen (cu_seqlens kernels), padding_free
     packed_mask whether transformers' SDPA path turns a padding-free batch into a mask tensor
     te_attention  whether TE's DotProductAttention may run attention (false only where the
-                workload states another attention or a framework that never calls TE's)
+                workload states another attention, a framework that never calls TE's, or a
+                trainer off its Megatron route: verl/ms-swift with another `distributed`,
+                LLaMA-Factory without USE_MCA)
     flash_attn_direct  whether code may call flash-attn's functions itself (false where the
                 workload states an attn_implementation or a framework that picks attention)
 
@@ -77,7 +79,9 @@ LIBRARY_OF_IMPL = {
 # What the user states that puts another library than TE's DotProductAttention on the path: an
 # HF attn_implementation, or a framework that never calls TE's attention.
 TE_ELSEWHERE_ATTN = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flash_attention_4", "flex_attention")
-TE_ELSEWHERE_FRAMEWORKS = ("transformers", "trl", "peft", "accelerate", "axolotl", "unsloth", "diffusers", "torchtitan")
+# XTuner loads through transformers and imports no TE (no transformer_engine in xtuner v0.1.23 or
+# v0.2.0; check-R6 of sample 30)
+TE_ELSEWHERE_FRAMEWORKS = ("transformers", "trl", "peft", "accelerate", "axolotl", "unsloth", "diffusers", "torchtitan", "xtuner")
 # Models built on TE's layers and loaded through transformers (NVIDIA's bionemo-recipes checkpoints,
 # trust_remote_code: model_type nv_esm, nv_esmc, ...; their modules are te.pytorch.TransformerLayer
 # whatever attn_implementation says) keep TE's attention on the path under any framework.
@@ -97,8 +101,9 @@ FA_ELSEWHERE_FRAMEWORKS = ("transformers", "trl", "peft", "accelerate", "axolotl
 __all__ = ["FIELDS", "CallPath", "default_attention", "flash_attn_direct", "framework_attention", "infer", "te_attention"]
 
 
-def te_attention(workload: Workload) -> bool:
-    """May TE's DotProductAttention run attention for this workload (stated facts only)?"""
+def te_attention(workload: Workload, packages: Optional[Mapping[str, str]] = None, env: Optional[Mapping[str, str]] = None) -> bool:
+    """May TE's DotProductAttention run attention for this workload (stated facts only; the
+    packages and environment only to tell a trainer's Megatron route)?"""
     if workload.model_type and TE_MODEL_TYPE.match(workload.model_type):
         return True
     # Megatron-LM's --attention-backend local runs Megatron-Core's own DotProductAttention: it
@@ -113,6 +118,20 @@ def te_attention(workload: Workload) -> bool:
     # sample 30). An unstated strategy may be either.
     if workload.framework == "verl" and workload.distributed is not None and workload.distributed != "megatron":
         return False
+    # ms-swift imports TE only under swift/megatron/ (v3.7.0), its Megatron route: the same reading
+    # (check-R6 of sample 30)
+    if workload.framework == "ms-swift" and workload.distributed is not None and workload.distributed != "megatron":
+        return False
+    # LLaMA-Factory loads through transformers and imports no TE (no transformer_engine in any
+    # llamafactory wheel 0.7.1-0.9.5); 0.9.4+ with USE_MCA=1 and mcore_adapter installed takes
+    # Megatron-Core (0.9.4 hparams/parser.py:56-57), whose layers are TE's (check-R6 of sample 30;
+    # the same route as te_pytorch_imported)
+    if workload.framework == "llamafactory":
+        from doctor.versions import version_matches
+
+        lf = (packages or {}).get("llamafactory")
+        mca = re.match(r"^(?i:true|y|1)\Z", (env or {}).get("USE_MCA") or "") is not None
+        return bool(mca and lf and version_matches(lf, ">=0.9.4") and (packages or {}).get("mcore-adapter"))
     return workload.attn_implementation not in TE_ELSEWHERE_ATTN and workload.framework not in TE_ELSEWHERE_FRAMEWORKS
 
 
@@ -205,7 +224,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         cp_impl=cp_impl,
         packing=workload.packing,
         model_type=workload.model_type,
-        te_attention=te_attention(workload),
+        te_attention=te_attention(workload, packages, facts.env),
         flash_attn_direct=flash_attn_direct(workload),
         inferred=tuple(inferred),
         unknown=tuple(unknown),

@@ -311,3 +311,25 @@ def test_verl_runs_te_attention_only_on_its_megatron_workers(distributed: Option
 def test_unsloth_fastmodel_loads_sdpa_whatever_is_asked(unsloth: str, workload: Dict[str, Any], want: tuple) -> None:
     p = _path({"torch": "2.5.1", "transformers": "4.47.1", "unsloth": unsloth}, {"framework": "unsloth", **workload})
     assert (p.attention, p.library) == want
+
+
+@pytest.mark.parametrize(
+    "workload,packages,env,want",
+    [
+        # XTuner loads through transformers and imports no TE
+        ({"framework": "xtuner"}, {"xtuner": "0.1.23"}, {}, False),
+        # ms-swift off its Megatron route, and on it
+        ({"framework": "ms-swift", "distributed": "deepspeed"}, {"ms-swift": "3.7.0"}, {}, False),
+        ({"framework": "ms-swift", "distributed": "megatron"}, {"ms-swift": "3.7.0"}, {}, True),
+        # LLaMA-Factory only on 0.9.4+'s USE_MCA route with mcore_adapter installed
+        ({"framework": "llamafactory"}, {"llamafactory": "0.9.4"}, {}, False),
+        ({"framework": "llamafactory"}, {"llamafactory": "0.9.4", "mcore-adapter": "0.7.0"}, {"USE_MCA": "1"}, True),
+        ({"framework": "llamafactory"}, {"llamafactory": "0.9.3", "mcore-adapter": "0.7.0"}, {"USE_MCA": "1"}, False),
+        ({"framework": "llamafactory"}, {"llamafactory": "0.9.4"}, {"USE_MCA": "1"}, False),
+    ],
+)
+def test_trainers_run_te_attention_only_on_their_megatron_routes(workload: Dict[str, Any], packages: Dict[str, str], env: Dict[str, str], want: bool) -> None:
+    """A trainer that loads through transformers never builds TE's DotProductAttention, however
+    common an installed transformer-engine is (NGC containers ship it); its Megatron route does."""
+    facts, wl = case_inputs({"packages": {"torch": "2.9.0", "transformer-engine": "2.19.0", **packages}, "env": env, "workload": workload})
+    assert te_attention(wl, facts.packages, facts.env) is want
