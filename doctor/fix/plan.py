@@ -937,7 +937,9 @@ def _alternatives(planner: _Planner, chosen: FrozenSet[int]) -> List[Alternative
             install = _alt_cost(planner, ch.pins)
             if install:
                 whys.append("install: " + install)
-            out.append(Alternative((rule_id,), ch.fix, "; ".join(whys)))
+            # shown as evaluated (a torch move with the flash-attn reinstall it needs), so that
+            # `check`'s re-check of the alternative gives the same verdict
+            out.append(Alternative((rule_id,), _with_companions(ch.fix, ev), "; ".join(whys)))
     return out
 
 
