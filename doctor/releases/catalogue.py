@@ -85,7 +85,7 @@ class TorchBundle:
 # Requires-Dist carry platform_machine == "x86_64" and torch/lib holds libtorch_cpu.so but no
 # libtorch_cuda.so (read in the cp311 manylinux_2_28_aarch64 wheels of 2.7.1, 2.8.0, 2.9.0, 2.9.1
 # and 2.10.0; 2.4.1-2.6.0's manylinux2014/2_28 aarch64 metadata the same); from 2.11.0 PyPI's
-# aarch64 wheels are CUDA 13 builds (cuda-toolkit, nvidia-cudnn-cu13 without a machine marker)
+# aarch64 wheels are CUDA 13 builds (cuda-toolkit, nvidia-cudnn-cu13 without a machine marker).
 # PyPI's Windows torch wheels are CPU-only in every release (CUDA builds only on PyTorch's index;
 # read in the 2.8.0 and 2.15.0 win_amd64 wheels: no nvidia-* Requires-Dist, no torch_cuda.dll): no floor
 TORCH_CUDA_WHEELS_FROM: Mapping[str, Optional[str]] = MappingProxyType({"linux-aarch64": "2.11.0", "windows-x86_64": None})

@@ -115,12 +115,9 @@ def te_attention(workload: Workload, packages: Optional[Mapping[str, str]] = Non
     # verl's FSDP workers load the model through transformers (attn_implementation
     # flash_attention_2 unless configured: v0.2 .. v0.7.0 fsdp_workers.py); only its Megatron
     # workers (distributed: megatron) build Megatron-Core layers with TE's attention (check-R3 of
-    # sample 30). An unstated strategy may be either.
-    if workload.framework == "verl" and workload.distributed is not None and workload.distributed != "megatron":
-        return False
-    # ms-swift imports TE only under swift/megatron/ (v3.7.0), its Megatron route: the same reading
-    # (check-R6 of sample 30)
-    if workload.framework == "ms-swift" and workload.distributed is not None and workload.distributed != "megatron":
+    # sample 30). ms-swift imports TE only under swift/megatron/ (v3.7.0), its Megatron route
+    # (check-R6). An unstated strategy may be either.
+    if workload.framework in ("verl", "ms-swift") and workload.distributed not in (None, "megatron"):
         return False
     # LLaMA-Factory loads through transformers and imports no TE (no transformer_engine in any
     # llamafactory wheel 0.7.1-0.9.5); 0.9.4+ with USE_MCA=1 and mcore_adapter installed takes
