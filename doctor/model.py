@@ -950,7 +950,7 @@ class BackendStatus:
     not_covered: Optional[str] = None
 
 
-CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "model_has_sdpa", "needs_mask", "packed_mask", "default_sdpa", "default_attention", "gqa_form", "te_attention", "flash_attn_direct")
+CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "model_has_sdpa", "needs_mask", "packed_mask", "default_sdpa", "default_attention", "gqa_form", "te_attention", "flash_attn_direct", "megatron_core")
 
 
 @dataclass(frozen=True)
@@ -995,6 +995,13 @@ class CallPath:
     # or a framework that chooses attention itself (transformers and the trainers on it default to
     # SDPA; torchtitan; Megatron-Core/NeMo go through TE). Stated facts only, like te_attention.
     flash_attn_direct: bool = True
+    # do Megatron-Core's layers build the model and call attention (its TEDotProductAttention, or its
+    # own DotProductAttention with --attention-backend local)? Megatron-LM and NeMo (stated or
+    # inferred from an installed megatron-core / nemo-toolkit), Megatron-Core parallelism under any
+    # trainer (distributed: megatron: verl's and ms-swift's Megatron workers), LLaMA-Factory 0.9.4+'s
+    # USE_MCA route through mcore_adapter. What Megatron-Core does before TE (the thd padding mask,
+    # its own KV cache, MLA's V padding) holds on all of these (doctor.rules.callpath.megatron_core)
+    megatron_core: bool = False
     # fields whose value is not known (a None here means "not known", not "none"), with why:
     # the model-support flags of a family or release the support table lacks, and the framework
     # when none is stated and the installed packages were not probed

@@ -16,6 +16,8 @@
                 LLaMA-Factory without USE_MCA)
     flash_attn_direct  whether code may call flash-attn's functions itself (false where the
                 workload states an attn_implementation or a framework that picks attention)
+    megatron_core  whether Megatron-Core's layers run attention (Megatron-LM, NeMo, any trainer
+                with `distributed: megatron`, LLaMA-Factory's USE_MCA route)
 
 A field the workload states (`framework:`, `context_parallel.impl`, `packing:`,
 `attn_implementation:`) is taken as given; the others are inferred from what is installed and
@@ -98,7 +100,7 @@ TE_MODEL_TYPE = re.compile(r"^nv_")
 # core_r0.1x) and nemo (nlp/modules/common/megatron/attention.py, use_flash_attention, through v2.4.0).
 FA_ELSEWHERE_FRAMEWORKS = ("transformers", "trl", "peft", "accelerate", "axolotl", "unsloth", "llamafactory", "diffusers",
                            "ms-swift", "torchtitan", "nemo", "megatron")
-__all__ = ["FIELDS", "CallPath", "default_attention", "flash_attn_direct", "framework_attention", "infer", "te_attention"]
+__all__ = ["FIELDS", "CallPath", "default_attention", "flash_attn_direct", "framework_attention", "infer", "lf_megatron_route", "megatron_core", "te_attention"]
 
 
 def te_attention(workload: Workload, packages: Optional[Mapping[str, str]] = None, env: Optional[Mapping[str, str]] = None) -> bool:
@@ -124,12 +126,29 @@ def te_attention(workload: Workload, packages: Optional[Mapping[str, str]] = Non
     # Megatron-Core (0.9.4 hparams/parser.py:56-57), whose layers are TE's (check-R6 of sample 30;
     # the same route as te_pytorch_imported)
     if workload.framework == "llamafactory":
-        from doctor.versions import version_matches
-
-        lf = (packages or {}).get("llamafactory")
-        mca = re.match(r"^(?i:true|y|1)\Z", (env or {}).get("USE_MCA") or "") is not None
-        return bool(mca and lf and version_matches(lf, ">=0.9.4") and (packages or {}).get("mcore-adapter"))
+        return lf_megatron_route(packages, env)
     return workload.attn_implementation not in TE_ELSEWHERE_ATTN and workload.framework not in TE_ELSEWHERE_FRAMEWORKS
+
+
+def lf_megatron_route(packages: Optional[Mapping[str, str]], env: Optional[Mapping[str, str]]) -> bool:
+    """Does LLaMA-Factory take its Megatron-Core route: 0.9.4+ with USE_MCA=1 (true/y/1, any case;
+    0.9.4 hparams/parser.py:56-57, 0.9.5 :63-64) and mcore_adapter installed (without it
+    LLaMA-Factory stops on its own ImportError first; 0.9.3 has no USE_MCA)?"""
+    from doctor.versions import version_matches
+
+    lf = (packages or {}).get("llamafactory")
+    mca = re.match(r"^(?i:true|y|1)\Z", (env or {}).get("USE_MCA") or "") is not None
+    return bool(mca and lf and version_matches(lf, ">=0.9.4") and (packages or {}).get("mcore-adapter"))
+
+
+def megatron_core(workload: Workload, packages: Optional[Mapping[str, str]], env: Optional[Mapping[str, str]], framework: Optional[str]) -> bool:
+    """Do Megatron-Core's layers run attention here (`framework`: stated or inferred)? Megatron-LM
+    and NeMo; any trainer on Megatron-Core parallelism (`distributed: megatron`: verl's Megatron
+    workers build megatron.core GPTModel layers, v0.4.1-v0.7.0 verl/models/mcore; ms-swift's
+    swift/megatron route); LLaMA-Factory's USE_MCA route (mcore_adapter builds Megatron-Core models)."""
+    if framework in ("megatron", "nemo") or workload.distributed == "megatron":
+        return True
+    return framework == "llamafactory" and lf_megatron_route(packages, env)
 
 
 def flash_attn_direct(workload: Workload) -> bool:
@@ -149,7 +168,8 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
             inferred.append("framework")
     attention: Optional[str] = None
     library: Optional[str] = None
-    if framework in HF_BASED:
+    mcore = megatron_core(workload, packages, facts.env, framework)
+    if framework in HF_BASED and not mcore:
         attention = framework_attention(workload, packages, framework) or workload.attn_implementation
         if attention is None:
             chosen = (selections or {}).get("transformers")
@@ -157,8 +177,10 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
             if attention is not None:
                 inferred.append("attention")
         library = LIBRARY_OF_IMPL.get(attention or "")
-    elif framework in ("megatron", "nemo"):
-        # without TE, Megatron-Core's local DotProductAttention is a matmul and its own fused
+    elif mcore:
+        # Megatron-LM, NeMo, or a trainer's Megatron route (verl's and ms-swift's Megatron workers,
+        # LLaMA-Factory's USE_MCA): Megatron-Core's layers, not transformers' modeling code.
+        # Without TE, Megatron-Core's local DotProductAttention is a matmul and its own fused
         # softmax (megatron-core 0.9.0 and 0.16.1 never call scaled_dot_product_attention;
         # flash_attn only for inference decoding): eager attention, not torch SDPA
         te = installed_te(packages) is not None
@@ -176,7 +198,10 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
     elif workload.context_parallel.impl is not None:
         cp_impl = workload.context_parallel.impl
     else:
-        guess = CP_BY_FRAMEWORK.get(framework or "")
+        # Megatron-Core's context_parallel_size hands the CP group to TE's DotProductAttention
+        # on every Megatron route (verl's Megatron workers: megatron.context_parallel_size; their
+        # Ulysses is the FSDP workers' ulysses_sequence_parallel_size)
+        guess = "te" if mcore else CP_BY_FRAMEWORK.get(framework or "")
         if guess is None and framework in HF_BASED:
             # transformers/TRL/PEFT shard the sequence through accelerate's ParallelismConfig
             # (cp_backend "torch", accelerate 1.10.0-1.15.0 parallelism_config.py); a transformers
@@ -223,6 +248,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         model_type=workload.model_type,
         te_attention=te_attention(workload, packages, facts.env),
         flash_attn_direct=flash_attn_direct(workload),
+        megatron_core=mcore,
         inferred=tuple(inferred),
         unknown=tuple(unknown),
     )

@@ -333,3 +333,40 @@ def test_trainers_run_te_attention_only_on_their_megatron_routes(workload: Dict[
     common an installed transformer-engine is (NGC containers ship it); its Megatron route does."""
     facts, wl = case_inputs({"packages": {"torch": "2.9.0", "transformer-engine": "2.19.0", **packages}, "env": env, "workload": workload})
     assert te_attention(wl, facts.packages, facts.env) is want
+
+
+@pytest.mark.parametrize(
+    "workload,packages,env,want",
+    [
+        ({"framework": "megatron"}, {}, {}, True),
+        ({"framework": "nemo"}, {}, {}, True),
+        ({}, {"megatron-core": "0.14.0"}, {}, True),  # inferred from the installed megatron-core
+        ({"framework": "verl", "distributed": "megatron"}, {"verl": "0.5.0"}, {}, True),
+        ({"framework": "verl", "distributed": "fsdp"}, {"verl": "0.5.0"}, {}, False),
+        ({"framework": "ms-swift", "distributed": "megatron"}, {"ms-swift": "3.7.0"}, {}, True),
+        ({"framework": "llamafactory"}, {"llamafactory": "0.9.4", "mcore-adapter": "0.7.0"}, {"USE_MCA": "1"}, True),
+        ({"framework": "llamafactory"}, {"llamafactory": "0.9.4", "mcore-adapter": "0.7.0"}, {}, False),
+        ({"framework": "transformers"}, {}, {}, False),
+        ({}, {}, {}, False),  # TE called by custom code
+    ],
+)
+def test_megatron_core_layers_on_the_path(workload: Dict[str, Any], packages: Dict[str, str], env: Dict[str, str], want: bool) -> None:
+    """Megatron-Core's layers run attention under Megatron-LM and NeMo and under any trainer's
+    Megatron route, so what Megatron-Core does before TE holds on all of them."""
+    p = _path({"torch": "2.9.0", "transformer-engine": "2.19.0", **packages}, workload, env)
+    assert p.megatron_core is want
+
+
+@pytest.mark.parametrize("workload,fires", [({"framework": "verl", "distributed": "megatron"}, False), ({}, True)])
+def test_megatron_route_hands_te_a_padding_mask_for_thd(workload: Dict[str, Any], fires: bool) -> None:
+    """verl's Megatron workers pack sequences as thd through Megatron-Core (v0.4.1
+    verl/models/mcore/util.py:66-67), whose TEDotProductAttention turns a causal mask into
+    padding_causal for thd: TE's "padding mask for thd" assert is not met there; a custom TE call
+    with a causal thd mask meets it."""
+    facts, wl = case_inputs({"packages": {"torch": "2.9.0", "transformer-engine": "2.8.0"}, "gpu": "9.0", "cudnn": {"version": "9.10.0"},
+                             "workload": {"qkv_format": "thd", "mask": "causal", **workload}})
+    from doctor.rules.evaluate import diagnose
+    from doctor.rules.loader import load_catalogue
+
+    d = diagnose(load_catalogue(use_cache=False), facts, wl)
+    assert ("TE-THD-NEEDS-PADDING-MASK" in {f.rule_id for f in d.findings}) is fires
