@@ -121,6 +121,9 @@ def te_attention(workload: Workload, packages: Optional[Mapping[str, str]] = Non
     # (check-R6). An unstated strategy may be either.
     if workload.framework in ("verl", "ms-swift") and workload.distributed not in (None, "megatron"):
         return False
+    # verl before 0.4.0: its Megatron workers run verl's own models, which call flash-attn (megatron_core)
+    if workload.framework == "verl" and workload.distributed == "megatron" and not megatron_core(workload, packages, env, "verl"):
+        return False
     # LLaMA-Factory loads through transformers and imports no TE (no transformer_engine in any
     # llamafactory wheel 0.7.1-0.9.5); 0.9.4+ with USE_MCA=1 and mcore_adapter installed takes
     # Megatron-Core (0.9.4 hparams/parser.py:56-57), whose layers are TE's (check-R6 of sample 30;
@@ -144,10 +147,19 @@ def lf_megatron_route(packages: Optional[Mapping[str, str]], env: Optional[Mappi
 def megatron_core(workload: Workload, packages: Optional[Mapping[str, str]], env: Optional[Mapping[str, str]], framework: Optional[str]) -> bool:
     """Do Megatron-Core's layers run attention here (`framework`: stated or inferred)? Megatron-LM
     and NeMo; any trainer on Megatron-Core parallelism (`distributed: megatron`: verl's Megatron
-    workers build megatron.core GPTModel layers, v0.4.1-v0.7.0 verl/models/mcore; ms-swift's
+    workers build megatron.core GPTModel layers from v0.4.0, verl/models/mcore; ms-swift's
     swift/megatron route); LLaMA-Factory's USE_MCA route (mcore_adapter builds Megatron-Core models)."""
-    if framework in ("megatron", "nemo") or workload.distributed == "megatron":
+    if framework in ("megatron", "nemo"):
         return True
+    if workload.distributed == "megatron":
+        # verl 0.2.x-0.3.x Megatron workers build verl's own Megatron models, whose attention calls
+        # flash_attn_varlen_func itself (v0.3.0.post1 models/llama/megatron/layers/
+        # parallel_attention.py:436, context parallelism fixed at 1); Megatron-Core layers with
+        # TE's attention from v0.4.0 (megatron_workers.py:154 init_mcore_model; check-R3 of sample 31)
+        from doctor.versions import version_matches
+
+        verl = (packages or {}).get("verl")
+        return not (framework == "verl" and verl and not version_matches(verl, ">=0.4.0"))
     return framework == "llamafactory" and lf_megatron_route(packages, env)
 
 

@@ -321,6 +321,9 @@ def test_unsloth_fastmodel_loads_sdpa_whatever_is_asked(unsloth: str, workload: 
         # ms-swift off its Megatron route, and on it
         ({"framework": "ms-swift", "distributed": "deepspeed"}, {"ms-swift": "3.7.0"}, {}, False),
         ({"framework": "ms-swift", "distributed": "megatron"}, {"ms-swift": "3.7.0"}, {}, True),
+        # verl's Megatron workers build Megatron-Core (TE) layers from 0.4.0; 0.3.x's call flash-attn
+        ({"framework": "verl", "distributed": "megatron"}, {"verl": "0.4.0"}, {}, True),
+        ({"framework": "verl", "distributed": "megatron"}, {"verl": "0.3.0.post1"}, {}, False),
         # LLaMA-Factory only on 0.9.4+'s USE_MCA route with mcore_adapter installed
         ({"framework": "llamafactory"}, {"llamafactory": "0.9.4"}, {}, False),
         ({"framework": "llamafactory"}, {"llamafactory": "0.9.4", "mcore-adapter": "0.7.0"}, {"USE_MCA": "1"}, True),
@@ -343,6 +346,8 @@ def test_trainers_run_te_attention_only_on_their_megatron_routes(workload: Dict[
         ({}, {"megatron-core": "0.14.0"}, {}, True),  # inferred from the installed megatron-core
         ({"framework": "verl", "distributed": "megatron"}, {"verl": "0.5.0"}, {}, True),
         ({"framework": "verl", "distributed": "fsdp"}, {"verl": "0.5.0"}, {}, False),
+        # verl 0.3.x Megatron workers run verl's own Megatron models, which call flash-attn themselves
+        ({"framework": "verl", "distributed": "megatron"}, {"verl": "0.3.0.post1"}, {}, False),
         ({"framework": "ms-swift", "distributed": "megatron"}, {"ms-swift": "3.7.0"}, {}, True),
         ({"framework": "llamafactory"}, {"llamafactory": "0.9.4", "mcore-adapter": "0.7.0"}, {"USE_MCA": "1"}, True),
         ({"framework": "llamafactory"}, {"llamafactory": "0.9.4", "mcore-adapter": "0.7.0"}, {}, False),
