@@ -28,6 +28,7 @@ them as `path.<field>` (e.g. a TransformerEngine context-parallel rule needs `pa
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Mapping, Optional, Tuple
 
 from doctor.model import CALL_PATH_FIELDS as FIELDS
@@ -121,8 +122,10 @@ def te_attention(workload: Workload, packages: Optional[Mapping[str, str]] = Non
     # (check-R6). An unstated strategy may be either.
     if workload.framework in ("verl", "ms-swift") and workload.distributed not in (None, "megatron"):
         return False
-    # verl before 0.4.0: its Megatron workers run verl's own models, which call flash-attn (megatron_core)
-    if workload.framework == "verl" and workload.distributed == "megatron" and not megatron_core(workload, packages, env, "verl"):
+    # verl before 0.4.0 never calls TE's attention: its FSDP workers load through transformers and
+    # its Megatron workers run verl's own models, which call flash-attn (megatron_core), whatever
+    # the strategy (review of sample 31: TE-FA2-VERSION-ASSERT fired for 0.3.0.post1, unstated)
+    if workload.framework == "verl" and not megatron_core(replace(workload, distributed="megatron"), packages, env, "verl"):
         return False
     # LLaMA-Factory loads through transformers and imports no TE (no transformer_engine in any
     # llamafactory wheel 0.7.1-0.9.5); 0.9.4+ with USE_MCA=1 and mcore_adapter installed takes

@@ -324,6 +324,8 @@ def test_unsloth_fastmodel_loads_sdpa_whatever_is_asked(unsloth: str, workload: 
         # verl's Megatron workers build Megatron-Core (TE) layers from 0.4.0; 0.3.x's call flash-attn
         ({"framework": "verl", "distributed": "megatron"}, {"verl": "0.4.0"}, {}, True),
         ({"framework": "verl", "distributed": "megatron"}, {"verl": "0.3.0.post1"}, {}, False),
+        ({"framework": "verl"}, {"verl": "0.3.0.post1"}, {}, False),
+        ({"framework": "verl"}, {"verl": "0.4.0"}, {}, True),
         # LLaMA-Factory only on 0.9.4+'s USE_MCA route with mcore_adapter installed
         ({"framework": "llamafactory"}, {"llamafactory": "0.9.4"}, {}, False),
         ({"framework": "llamafactory"}, {"llamafactory": "0.9.4", "mcore-adapter": "0.7.0"}, {"USE_MCA": "1"}, True),
