@@ -17,8 +17,10 @@ IMPORTS: Tuple[str, ...] = (
 # Modules only looked for on sys.path, never imported: their presence tells releases apart where
 # the version an install reports does not (XTuner 1.x installed from its tags reports 0.2.0, the
 # version in its xtuner/version.py, and is the only one with the xtuner.v1 package). Their import
-# status is "present" or "missing".
-PRESENCE_ONLY: Tuple[str, ...] = ("xtuner.v1", "flash_attn_3")
+# status is "present" or "missing". mcore_adapter: ROLL's
+# package, which LLaMA-Factory's USE_MCA route imports; PyPI's `mcore-adapter` 0.0.1 is an unrelated
+# project whose folder (`mcore-adapter`) no import reaches, so the distribution alone says nothing.
+PRESENCE_ONLY: Tuple[str, ...] = ("xtuner.v1", "flash_attn_3", "mcore_adapter")
 
 # module -> distributions whose presence means the import is worth trying (and whose version
 # the decoder quotes in a fix)

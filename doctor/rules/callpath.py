@@ -28,11 +28,10 @@ them as `path.<field>` (e.g. a TransformerEngine context-parallel rule needs `pa
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Mapping, Optional, Tuple
 
 from doctor.model import CALL_PATH_FIELDS as FIELDS
-from doctor.model import CallPath, Facts, Workload, installed_te
+from doctor.model import CallPath, Facts, ImportStatus, Workload, installed_te
 from doctor.releases.model_support import model_supports
 
 # Installed distributions that dispatch attention themselves, most specific first: when
@@ -59,9 +58,8 @@ HF_BASED = ("transformers", "trl", "peft", "accelerate", "deepspeed", "axolotl",
 # their own code)
 HF_DEFAULT_SDPA = ("transformers", "trl", "peft", "accelerate", "deepspeed", "axolotl", "llamafactory", "ms-swift")
 # Whose sequence parallelism each framework uses when it shards the sequence.
+# (Megatron-LM, NeMo and every trainer's Megatron route hand CP to TE: megatron_core decides that first.)
 CP_BY_FRAMEWORK = {
-    "megatron": "te",
-    "nemo": "te",
     "torchtitan": "torch_ring",
     "accelerate": "torch_ring",
     "deepspeed": "ulysses",
@@ -101,10 +99,11 @@ TE_MODEL_TYPE = re.compile(r"^nv_")
 # core_r0.1x) and nemo (nlp/modules/common/megatron/attention.py, use_flash_attention, through v2.4.0).
 FA_ELSEWHERE_FRAMEWORKS = ("transformers", "trl", "peft", "accelerate", "axolotl", "unsloth", "llamafactory", "diffusers",
                            "ms-swift", "torchtitan", "nemo", "megatron")
-__all__ = ["FIELDS", "CallPath", "default_attention", "flash_attn_direct", "framework_attention", "infer", "lf_megatron_route", "megatron_core", "te_attention"]
+__all__ = ["FIELDS", "CallPath", "default_attention", "flash_attn_direct", "framework_attention", "infer", "lf_megatron_route", "megatron_core", "te_attention", "verl_megatron_workers_mcore"]
 
 
-def te_attention(workload: Workload, packages: Optional[Mapping[str, str]] = None, env: Optional[Mapping[str, str]] = None) -> bool:
+def te_attention(workload: Workload, packages: Optional[Mapping[str, str]] = None, env: Optional[Mapping[str, str]] = None,
+                 imports: Optional[Mapping[str, ImportStatus]] = None) -> bool:
     """May TE's DotProductAttention run attention for this workload (stated facts only; the
     packages and environment only to tell a trainer's Megatron route)?"""
     if workload.model_type and TE_MODEL_TYPE.match(workload.model_type):
@@ -125,29 +124,37 @@ def te_attention(workload: Workload, packages: Optional[Mapping[str, str]] = Non
     # verl before 0.4.0 never calls TE's attention: its FSDP workers load through transformers and
     # its Megatron workers run verl's own models, which call flash-attn (megatron_core), whatever
     # the strategy (review of sample 31: TE-FA2-VERSION-ASSERT fired for 0.3.0.post1, unstated)
-    if workload.framework == "verl" and not megatron_core(replace(workload, distributed="megatron"), packages, env, "verl"):
+    if workload.framework == "verl" and not verl_megatron_workers_mcore(packages):
         return False
     # LLaMA-Factory loads through transformers and imports no TE (no transformer_engine in any
     # llamafactory wheel 0.7.1-0.9.5); 0.9.4+ with USE_MCA=1 and mcore_adapter installed takes
     # Megatron-Core (0.9.4 hparams/parser.py:56-57), whose layers are TE's (check-R6 of sample 30;
     # the same route as te_pytorch_imported)
     if workload.framework == "llamafactory":
-        return lf_megatron_route(packages, env)
+        return lf_megatron_route(packages, env, imports)
     return workload.attn_implementation not in TE_ELSEWHERE_ATTN and workload.framework not in TE_ELSEWHERE_FRAMEWORKS
 
 
-def lf_megatron_route(packages: Optional[Mapping[str, str]], env: Optional[Mapping[str, str]]) -> bool:
+def lf_megatron_route(packages: Optional[Mapping[str, str]], env: Optional[Mapping[str, str]],
+                      imports: Optional[Mapping[str, ImportStatus]] = None) -> bool:
     """Does LLaMA-Factory take its Megatron-Core route: 0.9.4+ with USE_MCA=1 (true/y/1, any case;
     0.9.4 hparams/parser.py:56-57, 0.9.5 :63-64) and mcore_adapter installed (without it
-    LLaMA-Factory stops on its own ImportError first; 0.9.3 has no USE_MCA)?"""
+    LLaMA-Factory stops on its own ImportError first; 0.9.3 has no USE_MCA)? A probe that found no
+    `mcore_adapter` module on the path (imports, looked for only) overrules the distribution: PyPI's
+    `mcore-adapter` 0.0.1 is an unrelated project that installs a folder named `mcore-adapter`, which
+    no import can reach (ROLL's mcore_adapter is installed from its repository)."""
     from doctor.versions import version_matches
 
     lf = (packages or {}).get("llamafactory")
     mca = re.match(r"^(?i:true|y|1)\Z", (env or {}).get("USE_MCA") or "") is not None
+    module = (imports or {}).get("mcore_adapter")
+    if module is not None and module.status == "missing":
+        return False
     return bool(mca and lf and version_matches(lf, ">=0.9.4") and (packages or {}).get("mcore-adapter"))
 
 
-def megatron_core(workload: Workload, packages: Optional[Mapping[str, str]], env: Optional[Mapping[str, str]], framework: Optional[str]) -> bool:
+def megatron_core(workload: Workload, packages: Optional[Mapping[str, str]], env: Optional[Mapping[str, str]], framework: Optional[str],
+                  imports: Optional[Mapping[str, ImportStatus]] = None) -> bool:
     """Do Megatron-Core's layers run attention here (`framework`: stated or inferred)? Megatron-LM
     and NeMo; any trainer on Megatron-Core parallelism (`distributed: megatron`: verl's Megatron
     workers build megatron.core GPTModel layers from v0.4.0, verl/models/mcore; ms-swift's
@@ -159,11 +166,17 @@ def megatron_core(workload: Workload, packages: Optional[Mapping[str, str]], env
         # flash_attn_varlen_func itself (v0.3.0.post1 models/llama/megatron/layers/
         # parallel_attention.py:436, context parallelism fixed at 1); Megatron-Core layers with
         # TE's attention from v0.4.0 (megatron_workers.py:154 init_mcore_model; check-R3 of sample 31)
-        from doctor.versions import version_matches
+        return framework != "verl" or verl_megatron_workers_mcore(packages)
+    return framework == "llamafactory" and lf_megatron_route(packages, env, imports)
 
-        verl = (packages or {}).get("verl")
-        return not (framework == "verl" and verl and not version_matches(verl, ">=0.4.0"))
-    return framework == "llamafactory" and lf_megatron_route(packages, env)
+
+def verl_megatron_workers_mcore(packages: Optional[Mapping[str, str]]) -> bool:
+    """Are verl's Megatron workers Megatron-Core's (verl 0.4.0+, or verl's release unknown)? verl
+    0.2.x-0.3.x build verl's own Megatron models instead, whose attention calls flash-attn itself."""
+    from doctor.versions import version_matches
+
+    verl = (packages or {}).get("verl")
+    return verl is None or version_matches(verl, ">=0.4.0")
 
 
 def flash_attn_direct(workload: Workload) -> bool:
@@ -183,7 +196,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
             inferred.append("framework")
     attention: Optional[str] = None
     library: Optional[str] = None
-    mcore = megatron_core(workload, packages, facts.env, framework)
+    mcore = megatron_core(workload, packages, facts.env, framework, facts.imports)
     if framework in HF_BASED and not mcore:
         attention = framework_attention(workload, packages, framework) or workload.attn_implementation
         if attention is None:
@@ -261,7 +274,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         cp_impl=cp_impl,
         packing=workload.packing,
         model_type=workload.model_type,
-        te_attention=te_attention(workload, packages, facts.env),
+        te_attention=te_attention(workload, packages, facts.env, facts.imports),
         flash_attn_direct=flash_attn_direct(workload),
         megatron_core=mcore,
         inferred=tuple(inferred),

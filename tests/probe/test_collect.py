@@ -123,6 +123,18 @@ def test_xtuner_1x_is_told_apart_from_pypi_0_2_0_by_its_v1_package(site: Path) -
     assert doc["provenance"]["imports.xtuner.v1"].startswith("static")
 
 
+def test_pypi_mcore_adapter_placeholder_is_not_the_mcore_adapter_module(site: Path) -> None:
+    """PyPI's `mcore-adapter` 0.0.1 installs a folder named `mcore-adapter`, which `import
+    mcore_adapter` never reaches; ROLL's package installs `mcore_adapter/`. The probe tells them apart."""
+    add_torch(site)
+    add_dist(site, "mcore-adapter", "0.0.1")
+    add_file(site, "mcore-adapter/__init__.py")
+    src = sources(site, nvml_loader=lambda: FakeNvml())
+    assert collect(loaded=False, sources=src)["imports"]["mcore_adapter"]["status"] == "missing"
+    add_file(site, "mcore_adapter/__init__.py")
+    assert collect(loaded=False, sources=src)["imports"]["mcore_adapter"]["status"] == "present"
+
+
 def test_the_cuda_xformers_was_built_with_is_read_from_its_cpp_lib_json(site: Path) -> None:
     # PyPI's Linux wheel of a stable-ABI xformers says 1208; the PyTorch index's cu130 wheel of
     # the same version says 1300: only this file tells them apart (XFORMERS-CUDA12-WHEEL-ON-CUDA13-TORCH)

@@ -326,6 +326,8 @@ def test_unsloth_fastmodel_loads_sdpa_whatever_is_asked(unsloth: str, workload: 
         ({"framework": "verl", "distributed": "megatron"}, {"verl": "0.3.0.post1"}, {}, False),
         ({"framework": "verl"}, {"verl": "0.3.0.post1"}, {}, False),
         ({"framework": "verl"}, {"verl": "0.4.0"}, {}, True),
+        # verl's release unknown (packages not probed): its Megatron workers may be Megatron-Core's
+        ({"framework": "verl", "distributed": "megatron"}, {}, {}, True),
         # LLaMA-Factory only on 0.9.4+'s USE_MCA route with mcore_adapter installed
         ({"framework": "llamafactory"}, {"llamafactory": "0.9.4"}, {}, False),
         ({"framework": "llamafactory"}, {"llamafactory": "0.9.4", "mcore-adapter": "0.7.0"}, {"USE_MCA": "1"}, True),
@@ -377,3 +379,18 @@ def test_megatron_route_hands_te_a_padding_mask_for_thd(workload: Dict[str, Any]
 
     d = diagnose(load_catalogue(use_cache=False), facts, wl)
     assert ("TE-THD-NEEDS-PADDING-MASK" in {f.rule_id for f in d.findings}) is fires
+
+
+@pytest.mark.parametrize("status,want", [("present", True), ("missing", False), (None, True)])
+def test_lf_megatron_route_needs_the_mcore_adapter_module_not_just_a_distribution(status: Optional[str], want: bool) -> None:
+    """PyPI's `mcore-adapter` 0.0.1 is an unrelated project whose folder no import reaches: where the
+    probe found no `mcore_adapter` module, LLaMA-Factory cannot take its USE_MCA route (its own
+    ImportError), so neither Megatron-Core nor TE's attention is on the path. Not probed: the
+    distribution is read."""
+    case: Dict[str, Any] = {"packages": {"torch": "2.9.0", "transformer-engine": "2.19.0", "llamafactory": "0.9.4", "mcore-adapter": "0.0.1"},
+                            "env": {"USE_MCA": "1"}, "workload": {"framework": "llamafactory"}}
+    if status is not None:
+        case["imports"] = {"mcore_adapter": {"status": status}}
+    facts, wl = case_inputs(case)
+    assert infer(facts, wl).megatron_core is want
+    assert te_attention(wl, facts.packages, facts.env, facts.imports) is want
