@@ -950,7 +950,7 @@ class BackendStatus:
     not_covered: Optional[str] = None
 
 
-CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "model_has_sdpa", "needs_mask", "packed_mask", "default_sdpa", "default_attention", "gqa_form", "te_attention", "flash_attn_direct", "megatron_core")
+CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "model_has_sdpa", "needs_mask", "packed_mask", "default_sdpa", "default_attention", "gqa_form", "te_attention", "flash_attn_direct", "megatron_core", "unsloth_own_family")
 
 
 @dataclass(frozen=True)
@@ -1002,6 +1002,11 @@ class CallPath:
     # USE_MCA route through mcore_adapter. What Megatron-Core does before TE (the thd padding mask,
     # its own KV cache, MLA's V padding) holds on all of these (doctor.rules.callpath.megatron_core)
     megatron_core: bool = False
+    # is the model a family Unsloth's own loaders patch (FastLanguageModel hands llama, mistral, gemma,
+    # gemma2, qwen2 and, from unsloth 2025.4.2, qwen3 to FastLlamaModel and the classes built on it)?
+    # None where no model_type is stated (or qwen3 with unsloth's release unknown). Whether the load
+    # takes that route is the unsloth_own_attention condition's (doctor.rules.callpath.unsloth_own_family)
+    unsloth_own_family: Optional[bool] = None
     # fields whose value is not known (a None here means "not known", not "none"), with why:
     # the model-support flags of a family or release the support table lacks, and the framework
     # when none is stated and the installed packages were not probed

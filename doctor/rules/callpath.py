@@ -99,7 +99,7 @@ TE_MODEL_TYPE = re.compile(r"^nv_")
 # core_r0.1x) and nemo (nlp/modules/common/megatron/attention.py, use_flash_attention, through v2.4.0).
 FA_ELSEWHERE_FRAMEWORKS = ("transformers", "trl", "peft", "accelerate", "axolotl", "unsloth", "llamafactory", "diffusers",
                            "ms-swift", "torchtitan", "nemo", "megatron")
-__all__ = ["FIELDS", "CallPath", "default_attention", "flash_attn_direct", "framework_attention", "infer", "lf_megatron_route", "megatron_core", "te_attention", "verl_megatron_workers_mcore"]
+__all__ = ["FIELDS", "CallPath", "default_attention", "flash_attn_direct", "framework_attention", "infer", "lf_megatron_route", "megatron_core", "te_attention", "unsloth_own_family", "verl_megatron_workers_mcore"]
 
 
 def te_attention(workload: Workload, packages: Optional[Mapping[str, str]] = None, env: Optional[Mapping[str, str]] = None,
@@ -277,14 +277,31 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         te_attention=te_attention(workload, packages, facts.env, facts.imports),
         flash_attn_direct=flash_attn_direct(workload),
         megatron_core=mcore,
+        unsloth_own_family=unsloth_own_family(workload.model_type, packages),
         inferred=tuple(inferred),
         unknown=tuple(unknown),
     )
 
 
-# the families unsloth 2025.3.x's FastLanguageModel sends to its own loaders (rules/conditions.yaml
-# unsloth_own_attention; Qwen3 joins them from 2025.4.2, after the releases read here)
+# the families unsloth's FastLanguageModel sends to its own loaders (FastLlamaModel and the classes
+# built on it; 2024.8-2026.10.9 models/loader.py); Qwen3 joins them from 2025.4.2 (FastQwen3Model).
+# The one list: rules read it as path.unsloth_own_family (rules/conditions.yaml unsloth_own_attention).
 UNSLOTH_OWN_FAMILIES = ("llama", "mistral", "gemma", "gemma2", "qwen2")
+
+
+def unsloth_own_family(model_type: Optional[str], packages: Mapping[str, str]) -> Optional[bool]:
+    """Is `model_type` a family unsloth's own loaders patch (None: no model_type, or qwen3 with
+    unsloth's release unknown)?"""
+    from doctor.versions import version_matches
+
+    if not model_type:
+        return None
+    if model_type in UNSLOTH_OWN_FAMILIES:
+        return True
+    if model_type != "qwen3":
+        return False
+    uns = packages.get("unsloth")
+    return None if uns is None else version_matches(uns, ">=2025.4.2")
 
 
 def framework_attention(workload: Workload, packages: Mapping[str, str], framework: Optional[str]) -> Optional[str]:
@@ -306,8 +323,7 @@ def framework_attention(workload: Workload, packages: Mapping[str, str], framewo
 
     if framework != "unsloth":
         return None
-    model = workload.model_type
-    if workload.finetune != "full" and (model is None or model in UNSLOTH_OWN_FAMILIES):
+    if workload.finetune != "full" and unsloth_own_family(workload.model_type, packages) is not False:
         return None
     uns = packages.get("unsloth")
     if uns is None or not version_matches(uns, ">=2025.3.10,<2025.4.1"):

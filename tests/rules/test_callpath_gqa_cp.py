@@ -394,3 +394,16 @@ def test_lf_megatron_route_needs_the_mcore_adapter_module_not_just_a_distributio
     facts, wl = case_inputs(case)
     assert infer(facts, wl).megatron_core is want
     assert te_attention(wl, facts.packages, facts.env, facts.imports) is want
+
+
+@pytest.mark.parametrize(
+    "model,unsloth,want",
+    [("llama", "2025.3.9", True), ("qwen2", "2026.10.9", True), ("qwen3", "2025.4.1", False), ("qwen3", "2025.4.2", True),
+     ("qwen3", None, None), ("phi3", "2025.4.2", False), (None, "2025.4.2", None)],
+)
+def test_unsloth_own_family_is_the_families_its_loaders_patch(model: Optional[str], unsloth: Optional[str], want: Optional[bool]) -> None:
+    """FastLanguageModel hands llama, mistral, gemma, gemma2, qwen2 (and qwen3 from 2025.4.2) to its own
+    loaders; any other stated family goes to transformers' modeling code (or raises before 2025.3.10)."""
+    packages = {"torch": "2.6.0", "transformers": "4.51.3", **({"unsloth": unsloth} if unsloth else {})}
+    p = _path(packages, {"framework": "unsloth", **({"model_type": model} if model else {})})
+    assert p.unsloth_own_family is want
