@@ -131,22 +131,27 @@ def te_attention(workload: Workload, packages: Optional[Mapping[str, str]] = Non
     # Megatron-Core (0.9.4 hparams/parser.py:56-57), whose layers are TE's (check-R6 of sample 30;
     # the same route as te_pytorch_imported)
     if workload.framework == "llamafactory":
-        return lf_megatron_route(packages, env, imports)
+        return lf_megatron_route(packages, env, imports, workload.training)
     return workload.attn_implementation not in TE_ELSEWHERE_ATTN and workload.framework not in TE_ELSEWHERE_FRAMEWORKS
 
 
 def lf_megatron_route(packages: Optional[Mapping[str, str]], env: Optional[Mapping[str, str]],
-                      imports: Optional[Mapping[str, ImportStatus]] = None) -> bool:
+                      imports: Optional[Mapping[str, ImportStatus]] = None, training: bool = True) -> bool:
     """Does LLaMA-Factory take its Megatron-Core route: 0.9.4+ with USE_MCA=1 (true/y/1, any case;
     0.9.4 hparams/parser.py:56-57, 0.9.5 :63-64) and mcore_adapter installed (without it
     LLaMA-Factory stops on its own ImportError first; 0.9.3 has no USE_MCA)? A probe that found no
     `mcore_adapter` module on the path (imports, looked for only) overrules the distribution: PyPI's
     `mcore-adapter` 0.0.1 is an unrelated project that installs a folder named `mcore-adapter`, which
-    no import can reach (ROLL's mcore_adapter is installed from its repository)."""
+    no import can reach (ROLL's mcore_adapter is installed from its repository). Training only:
+    `llamafactory-cli chat`/eval/export load the model through transformers whatever USE_MCA says
+    (0.9.5 chat/hf_engine.py:59), and so do the training stages other than pt/sft/dpo (0.9.4
+    train/tuner.py:69, 0.9.5 :98; the stage is not a workload field, so pt/sft/dpo is assumed)."""
     from doctor.versions import version_matches
 
     lf = (packages or {}).get("llamafactory")
     mca = re.match(r"^(?i:true|y|1)\Z", (env or {}).get("USE_MCA") or "") is not None
+    if not training:
+        return False
     module = (imports or {}).get("mcore_adapter")
     if module is not None and module.status == "missing":
         return False
@@ -167,7 +172,7 @@ def megatron_core(workload: Workload, packages: Optional[Mapping[str, str]], env
         # parallel_attention.py:436, context parallelism fixed at 1); Megatron-Core layers with
         # TE's attention from v0.4.0 (megatron_workers.py:154 init_mcore_model; check-R3 of sample 31)
         return framework != "verl" or verl_megatron_workers_mcore(packages)
-    return framework == "llamafactory" and lf_megatron_route(packages, env, imports)
+    return framework == "llamafactory" and lf_megatron_route(packages, env, imports, workload.training)
 
 
 def verl_megatron_workers_mcore(packages: Optional[Mapping[str, str]]) -> bool:

@@ -355,6 +355,8 @@ def test_trainers_run_te_attention_only_on_their_megatron_routes(workload: Dict[
         ({"framework": "ms-swift", "distributed": "megatron"}, {"ms-swift": "3.7.0"}, {}, True),
         ({"framework": "llamafactory"}, {"llamafactory": "0.9.4", "mcore-adapter": "0.7.0"}, {"USE_MCA": "1"}, True),
         ({"framework": "llamafactory"}, {"llamafactory": "0.9.4", "mcore-adapter": "0.7.0"}, {}, False),
+        # USE_MCA changes only training: llamafactory-cli chat/eval load through transformers (0.9.5 chat/hf_engine.py:59)
+        ({"framework": "llamafactory", "training": False}, {"llamafactory": "0.9.5", "mcore-adapter": "0.7.0"}, {"USE_MCA": "1"}, False),
         ({"framework": "transformers"}, {}, {}, False),
         ({}, {}, {}, False),  # TE called by custom code
     ],
