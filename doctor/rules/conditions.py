@@ -193,7 +193,9 @@ def te_cudnn_first(te: Tuple[int, ...], search: CudnnSearch, env: Mapping[str, s
 def _te_cudnn(path: str, facts: Facts) -> Value:
     """te.cudnn_first_2_4 / te.cudnn_first_2_11: what the cuDNN search of TE 2.4-2.10 / 2.11+
     loads before the Python wheels on this machine: "wheel" (nothing: the wheel's libraries,
-    all of them loaded by path), "other" (a cuDNN of another version than the effective one),
+    all of them loaded by path), "other" (a cuDNN of another version, same major, than the
+    effective one), "other_major" (a cuDNN of another major: torch does not
+    use it, but TE's cuDNN frontend looks its functions up by name and gets this one's),
     "same" (the same version, but one file loaded by path, whose sub-libraries then come by name
     from the loader path). te.cudnn_file: that file for the installed TE, for messages."""
     if path == "te.cudnn_file":
@@ -224,6 +226,15 @@ def _te_cudnn(path: str, facts: Facts) -> Value:
     if found.version is None or facts.cudnn.version is None:
         return _unknown("cudnn.search", facts, f"the version of {found.path} or of torch's cuDNN is not known")
     mine, torch_s = found.version.split(".")[:3], facts.cudnn.version.split(".")[:3]
+    if mine[0] != torch_s[0]:
+        # another major (a libcudnn.so.8 beside torch's cuDNN 9): its soname and symbol versions
+        # (cudnnCreate@@libcudnn.so.8) serve neither torch's NEEDED libcudnn.so.9 nor TE's direct
+        # calls (cudnnCreate@libcudnn.so.9, transformer-engine-cu12 2.8.0 libtransformer_engine.so),
+        # but TE's cuDNN frontend resolves its calls with dlsym(cudnn_dlhandle = nullptr, name)
+        # (NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING, TE v2.4-v2.10 common/CMakeLists.txt,
+        # cudnn_utils.cpp:75; cudnn_frontend_shim.h get_symbol) and gets the first cuDNN loaded
+        # RTLD_GLOBAL, this one: FusedAttention runs on it
+        return Value(True, "other_major")
     if len(mine) < 3 and mine == torch_s[: len(mine)]:
         return _unknown("cudnn.search", facts, f"{found.path} names only cuDNN {found.version}, torch's is {facts.cudnn.version}")
     return Value(True, "same" if mine == torch_s else "other")

@@ -164,3 +164,24 @@ def test_snapshot_without_search_leaves_the_rule_not_evaluated(cat) -> None:  # 
     case["packages"] = {"transformer-engine": "2.3.0", "torch": "2.7.0"}
     facts, workload = case_inputs(case)
     assert diagnose(cat, facts, workload).result(RULE).status == "passed"
+
+
+@pytest.mark.parametrize(
+    "found, want",
+    [("9.1.0", "other"), ("9.10.2", "same"), ("8.9.7", "other_major")],
+)
+def test_a_cudnn_of_another_major_is_its_own_value(found: str, want: str) -> None:
+    # a libcudnn.so.8 under /usr/local/cuda beside torch's cuDNN 9: TE 2.4-2.10 load it, but its
+    # soname and symbol versions serve neither torch nor TE's core (both need libcudnn.so.9)
+    from doctor.rules.cases import case_inputs
+
+    case = {
+        "packages": {"transformer-engine": "2.8.0", "torch": "2.8.0"},
+        "gpu": "9.0",
+        "cudnn": {
+            "version": "9.10.2",
+            "search": {"folders": [{"dir": "/usr/local/cuda", "path": f"/usr/local/cuda/lib64/libcudnn.so.{found}", "version": found}], "unversioned": None},
+        },
+    }
+    facts, workload = case_inputs(case)
+    assert resolve("te.cudnn_first_2_4", facts, workload).value == want
