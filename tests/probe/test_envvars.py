@@ -96,3 +96,7 @@ def test_every_variable_a_rule_reads_is_collected() -> None:
     assert "DISABLE_VERSION_CHECK" in read
     assert sorted(n for n in read if not is_relevant(n)) == []
     assert relevant({"DISABLE_VERSION_CHECK": "1"}) == {"DISABLE_VERSION_CHECK": "1"}
+    # ROCm torch 2.7's opt-in for AOTriton's experimental GPUs (SDPA-FLASH-SM86-TRAINING-HEAD-DIM)
+    assert "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL" in read
+    on = {"TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL": "1"}
+    assert relevant(on) == on
