@@ -471,14 +471,17 @@ _BERT_STYLE_DECODERS = (
 # 5.21.0, 5.23.0) a create_causal_mask call without position_ids, so the search (which needs them:
 # 5.23.0 masking_utils.py:876) never runs: 5.2.0 modeling_xglm.py:472, modeling_opt.py:450,
 # modeling_bloom.py:513, modeling_falcon.py:780, modeling_mpt.py:328; 5.23.0 xglm :437, opt :359,
-# bloom :520, falcon :755, mpt :319, trocr :551, musicgen :508, musicgen_melody :501,
+# bloom :520, falcon :755 (5.24.0 passes them again: _NO_SEARCH_RANGES), mpt :319, trocr :551, musicgen :508, musicgen_melody :501,
 # kosmos2_5 :982 (sample 32 row 12)
 _NO_POSITION_IDS_5X = (
-    "bloom", "falcon", "kosmos-2.5", "kosmos2_5", "mpt", "musicgen", "musicgen_melody", "opt", "trocr", "xglm")
+    "bloom", "kosmos-2.5", "kosmos2_5", "mpt", "musicgen", "musicgen_melody", "opt", "trocr", "xglm")
 _NO_SEARCH_EVER = frozenset(("kosmos-2", "kosmos2", "idefics", "biogpt") + _BERT_STYLE_DECODERS + _NO_POSITION_IDS_5X)
 # (model_type, transformers range) where the model skips the search in these releases only
 _NO_SEARCH_RANGES = (
-    ("gpt2", ">=4.53.1,<4.54.1"), ("chameleon", ">=4.53.1,<4.54.0"), ("recurrent_gemma", ">=5.0.0,<5.4.0"))
+    ("gpt2", ">=4.53.1,<4.54.1"), ("chameleon", ">=4.53.1,<4.54.0"), ("recurrent_gemma", ">=5.0.0,<5.4.0"),
+    # Falcon: its own mask in 4.x and 5.0-5.1, no position_ids to create_causal_mask in 5.2-5.23;
+    # 5.24.0 modeling_falcon.py:753-760 passes them again (check-R5 of sample 32)
+    ("falcon", ">=4.53.1,<5.24.0"))
 
 
 def hf_padding_free_mask(workload: Workload, framework: Optional[str], library: Optional[str], packages: Mapping[str, str]) -> bool:

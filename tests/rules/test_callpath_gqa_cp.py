@@ -424,6 +424,8 @@ def test_unsloth_own_family_is_the_families_its_loaders_patch(model: Optional[st
         # families that hand position_ids on from 5.2 keep searching; llama always
         ("gptj", "5.2.0", True), ("gpt_neo", "5.23.0", True), ("llama", "5.23.0", True),
         ("gptj", "5.1.0", False),
+        # Falcon passes position_ids again from 5.24.0 (modeling_falcon.py:753-760; check-R5)
+        ("falcon", "5.23.0", False), ("falcon", "5.24.0", True),
     ],
 )
 def test_models_without_position_ids_never_build_a_packed_mask(model_type: str, tf: str, want: bool) -> None:
