@@ -950,7 +950,7 @@ class BackendStatus:
     not_covered: Optional[str] = None
 
 
-CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "model_has_sdpa", "needs_mask", "packed_mask", "default_sdpa", "default_attention", "gqa_form", "te_attention", "flash_attn_direct", "megatron_core", "unsloth_own_family")
+CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "model_has_sdpa", "needs_mask", "packed_mask", "model_mask", "no_packed_search", "default_sdpa", "default_attention", "gqa_form", "te_attention", "flash_attn_direct", "megatron_core", "unsloth_own_family")
 
 
 @dataclass(frozen=True)
@@ -975,6 +975,12 @@ class CallPath:
     # transformers' SDPA path turns a padding-free packed batch into a per-sample mask tensor
     # (from 4.53.1; doctor.rules.callpath.hf_padding_free_mask says exactly when)
     packed_mask: bool = False
+    # transformers' model code hands SDPA a 4-D mask tensor on every forward, padded or not
+    # (Gemma-2, Cohere2, Gemma-3 before 4.53, Falcon from 5.2; doctor.rules.callpath.hf_model_mask says exactly when)
+    model_mask: bool = False
+    # the model family's code never lets transformers (4.53.1 or later) search position_ids for
+    # packed samples, in any attention (doctor.rules.callpath.hf_model_skips_packed_search)
+    no_packed_search: bool = False
     # no library decided yet (the backend pass) but a stated HF framework with no attn_implementation
     # will call transformers' default SDPA (doctor.rules.callpath.default_attention says exactly when)
     default_sdpa: bool = False

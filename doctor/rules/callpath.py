@@ -10,6 +10,9 @@
                 ulysses, ring_flash_attn
     packing     padded (with a mask), varlen (cu_seqlens kernels), padding_free
     packed_mask whether transformers' SDPA path turns a padding-free batch into a mask tensor
+    model_mask  whether transformers' model code hands SDPA a mask tensor on every forward
+    no_packed_search  whether the model's code never lets transformers search position_ids
+                for packed samples in this release (any attention)
     te_attention  whether TE's DotProductAttention may run attention (false only where the
                 workload states another attention, a framework that never calls TE's, or a
                 trainer off its Megatron route: verl/ms-swift with another `distributed`,
@@ -258,6 +261,8 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
     default_sdpa = default_library == "torch-sdpa"
     sdpa_library = library or default_library
     packed_mask = hf_padding_free_mask(workload, framework, sdpa_library, packages)
+    model_mask = hf_model_mask(workload, framework, sdpa_library, packages)
+    no_packed_search = hf_model_skips_packed_search(workload.model_type, packages.get("transformers"))
     supports = model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None
     has_fa2 = model_supports(packages.get("transformers"), workload.model_type, "flash_attention_2")
     why_model = "no model_type given" if not workload.model_type else "this model family or transformers release is not in the support table"
@@ -267,6 +272,8 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
     return CallPath(
         needs_mask=needs_mask,
         packed_mask=packed_mask,
+        model_mask=model_mask,
+        no_packed_search=no_packed_search,
         gqa_form=_gqa_form(workload, framework, sdpa_library, needs_mask or packed_mask, packages, facts.env),
         model_supports=supports,
         model_has_fa2=has_fa2,
@@ -451,25 +458,35 @@ def _gqa_form(workload: Workload, framework: Optional[str], library: Optional[st
 # mask or fill a missing attention_mask with ones), per transformers release (read in the wheels;
 # docs/audit/catalogue7/part-C.md, part-W2.md).
 _NO_SEARCH_4X = frozenset((
-    "bamba", "biogpt", "bloom", "codegen", "dbrx", "falcon", "falcon_h1", "gpt_neo", "gpt_neox_japanese", "gptj",
-    "granitemoe", "granitemoehybrid", "granitemoeshared", "jamba", "jetmoe", "kosmos-2.5", "kosmos2_5",
-    "kyutai_speech_to_text", "mllama", "moshi", "mpt", "musicgen", "musicgen_melody", "nemotron", "olmoe", "opt",
-    "paligemma", "persimmon", "phimoe", "qwen2_moe", "recurrent_gemma", "stablelm", "trocr", "xglm", "zamba", "zamba2"))
+    "bamba", "codegen", "dbrx", "falcon_h1", "gpt_neo", "gpt_neox_japanese", "gptj",
+    "granitemoe", "granitemoehybrid", "granitemoeshared", "jamba", "jetmoe",
+    "kyutai_speech_to_text", "mllama", "moshi", "nemotron", "olmoe",
+    "paligemma", "persimmon", "phimoe", "qwen2_moe", "recurrent_gemma", "stablelm", "zamba", "zamba2"))
 _NO_SEARCH_5_0_TO_5_2 = frozenset((
-    "bamba", "bloom", "codegen", "falcon", "falcon_h1", "gpt_neo", "gpt_neox_japanese", "gptj", "kosmos-2.5",
-    "kosmos2_5", "kyutai_speech_to_text", "mllama", "moshi", "mpt", "musicgen", "musicgen_melody", "nemotron", "opt",
-    "persimmon", "recurrent_gemma", "stablelm", "trocr", "xglm", "zamba", "zamba2"))
+    "bamba", "codegen", "falcon_h1", "gpt_neo", "gpt_neox_japanese", "gptj",
+    "kyutai_speech_to_text", "mllama", "moshi", "nemotron",
+    "persimmon", "recurrent_gemma", "stablelm", "zamba", "zamba2"))
 # BERT-style decoders (BertLMHeadModel, RobertaForCausalLM and their copies): their own mask in
 # 4.53.1-4.57.x, and from 5.0.0 (through 5.24.0) a create_causal_mask call that is not given the
 # position_ids, or a ones-filled mask (big_bird, megatron-bert, rembert): sample 27 row 12
 _BERT_STYLE_DECODERS = (
     "bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra", "ernie", "megatron-bert",
     "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "xlm-roberta", "xlm-roberta-xl", "xmod")
-_NO_SEARCH_EVER = frozenset(("kosmos-2", "kosmos2", "idefics", "biogpt") + _BERT_STYLE_DECODERS)
+# Their own causal mask in 4.x and 5.0-5.1; from 5.2.0 (read in 5.2.0, 5.17.0, 5.18.0, 5.20.0,
+# 5.21.0, 5.23.0) a create_causal_mask call without position_ids, so the search (which needs them:
+# 5.23.0 masking_utils.py:876) never runs: 5.2.0 modeling_xglm.py:472, modeling_opt.py:450,
+# modeling_bloom.py:513, modeling_falcon.py:780, modeling_mpt.py:328; 5.23.0 xglm :437, opt :359,
+# bloom :520, falcon :755 (5.24.0 passes them again: _NO_SEARCH_RANGES), mpt :319, trocr :551, musicgen :508, musicgen_melody :501,
+# kosmos2_5 :982 (sample 32 row 12)
+_NO_POSITION_IDS_5X = (
+    "bloom", "kosmos-2.5", "kosmos2_5", "mpt", "musicgen", "musicgen_melody", "opt", "trocr", "xglm")
+_NO_SEARCH_EVER = frozenset(("kosmos-2", "kosmos2", "idefics", "biogpt") + _BERT_STYLE_DECODERS + _NO_POSITION_IDS_5X)
 # (model_type, transformers range) where the model skips the search in these releases only
 _NO_SEARCH_RANGES = (
-    ("gpt2", ">=4.53.1,<4.54.1"), ("chameleon", ">=4.53.1,<4.54.0"), ("opt", ">=5.2.0,<5.18.0"),
-    ("bloom", ">=5.2.0,<5.21.0"), ("recurrent_gemma", ">=5.0.0,<5.4.0"))
+    ("gpt2", ">=4.53.1,<4.54.1"), ("chameleon", ">=4.53.1,<4.54.0"), ("recurrent_gemma", ">=5.0.0,<5.4.0"),
+    # Falcon: its own mask in 4.x and 5.0-5.1, no position_ids to create_causal_mask in 5.2-5.23;
+    # 5.24.0 modeling_falcon.py:753-760 passes them again (check-R5 of sample 32)
+    ("falcon", ">=4.53.1,<5.24.0"))
 
 
 def hf_padding_free_mask(workload: Workload, framework: Optional[str], library: Optional[str], packages: Mapping[str, str]) -> bool:
@@ -506,12 +523,54 @@ def hf_padding_free_mask(workload: Workload, framework: Optional[str], library: 
         return False
     if cache is None and v5 and framework == "accelerate":
         return False
-    model = workload.model_type
-    if model in _NO_SEARCH_EVER or (not v5 and model in _NO_SEARCH_4X):
+    return not hf_model_skips_packed_search(workload.model_type, tf)
+
+
+def hf_model_skips_packed_search(model: Optional[str], tf: Optional[str]) -> bool:
+    """Whether this model family's code, in this transformers release (4.53.1 or later), never
+    lets masking_utils search position_ids for packed samples, whatever the attention (eager,
+    sdpa, flex): its own causal mask, a ones-filled attention_mask, or a create_causal_mask call
+    without position_ids (the lists above). False where either is unknown or before 4.53.1."""
+    from doctor.versions import version_matches
+
+    if model is None or tf is None or not version_matches(tf, ">=4.53.1"):
         return False
+    if model in _NO_SEARCH_EVER or (not version_matches(tf, ">=5.0.0") and model in _NO_SEARCH_4X):
+        return True
     if version_matches(tf, ">=5.0.0,<5.2.0") and model in _NO_SEARCH_5_0_TO_5_2:
+        return True
+    return any(model == m and version_matches(tf, r) for m, r in _NO_SEARCH_RANGES)
+
+
+# (model_type, transformers range) whose _update_causal_mask builds a 4-D mask for SDPA on every
+# forward (no _ignore_causal_mask_sdpa call): 4.42.0 modeling_gemma2.py:930-972, 4.48.0
+# modeling_gemma2.py:660-690 / modeling_cohere2.py:652-682, 4.52.4 modeling_gemma2.py:557-593,
+# modeling_cohere2.py:535-571, modeling_gemma3.py:685-721; the SDPA call then sets is_causal only
+# without a mask (4.42.0 Gemma2SdpaAttention :575, 4.48.0/4.52.4 integrations/sdpa_attention.py
+# :45-47). 4.53.0 moves them to masking_utils (create_causal_mask, is_causal skip). Falcon from
+# 5.2.0 asks create_causal_mask for a materialised mask (5.2.0 modeling_falcon.py:780-787
+# and_mask_function, which turns allow_is_causal_skip off: masking_utils.py:920-924; 5.17.0-5.23.0
+# allow_is_causal_skip=False, 5.23.0 :761) and its SDPA call sets is_causal only without one
+# (5.23.0 :367); before 5.2 it asks _ignore_causal_mask_sdpa (sample 32 row 12)
+_MODEL_MASK_RANGES = (
+    ("gemma2", ">=4.42.0,<4.53.0"), ("cohere2", ">=4.48.0,<4.53.0"), ("gemma3", ">=4.50.0,<4.53.0"),
+    ("gemma3_text", ">=4.50.0,<4.53.0"), ("falcon", ">=5.2.0"))
+
+
+def hf_model_mask(workload: Workload, framework: Optional[str], library: Optional[str], packages: Mapping[str, str]) -> bool:
+    """Whether transformers' SDPA path gets a mask tensor from the model's own mask code on every
+    forward, whatever the padding (_MODEL_MASK_RANGES), so SDPA never gets is_causal there."""
+    from doctor.versions import version_matches
+
+    if framework not in HF_BASED or library != "torch-sdpa":
         return False
-    return not any(model == m and version_matches(tf, r) for m, r in _NO_SEARCH_RANGES)
+    # unsloth's own loaders patch these families' forward (path.unsloth_own_family)
+    if framework == "unsloth" and unsloth_own_family(workload.model_type, packages) is not False:
+        return False
+    tf = packages.get("transformers")
+    if tf is None:
+        return False
+    return any(workload.model_type == m and version_matches(tf, r) for m, r in _MODEL_MASK_RANGES)
 
 
 def _hf_sdpa_mask_tensor(workload: Workload, needs_mask: bool) -> bool:

@@ -409,3 +409,66 @@ def test_unsloth_own_family_is_the_families_its_loaders_patch(model: Optional[st
     packages = {"torch": "2.6.0", "transformers": "4.51.3", **({"unsloth": unsloth} if unsloth else {})}
     p = _path(packages, {"framework": "unsloth", **({"model_type": model} if model else {})})
     assert p.unsloth_own_family is want
+
+
+@pytest.mark.parametrize(
+    "model_type,tf,want",
+    [
+        # Sample 32 row 12: their own mask until 5.1, then create_causal_mask without position_ids
+        # (5.2.0 modeling_xglm.py:472, 5.23.0 :437; 5.23.0 opt :359, bloom :520, falcon :755,
+        # mpt :319), so the search (5.23.0 masking_utils.py:876 needs position_ids) never runs
+        ("xglm", "5.1.0", False), ("xglm", "5.2.0", False), ("xglm", "5.23.0", False),
+        ("falcon", "5.2.0", False), ("mpt", "5.17.0", False), ("trocr", "5.23.0", False),
+        ("musicgen", "5.23.0", False), ("musicgen_melody", "5.23.0", False), ("kosmos2_5", "5.23.0", False),
+        # OPT filled the mask with ones until 5.17; from 5.18 no ones but still no position_ids
+        ("opt", "5.17.0", False), ("opt", "5.18.0", False), ("opt", "5.23.0", False),
+        ("bloom", "5.20.0", False), ("bloom", "5.21.0", False), ("bloom", "5.23.0", False),
+        # families that hand position_ids on from 5.2 keep searching; llama always
+        ("gptj", "5.2.0", True), ("gpt_neo", "5.23.0", True), ("llama", "5.23.0", True),
+        ("gptj", "5.1.0", False),
+        # Falcon passes position_ids again from 5.24.0 (modeling_falcon.py:753-760; check-R5)
+        ("falcon", "5.23.0", False), ("falcon", "5.24.0", True),
+    ],
+)
+def test_models_without_position_ids_never_build_a_packed_mask(model_type: str, tf: str, want: bool) -> None:
+    wl = {**PF, "attn_implementation": "sdpa", "framework": "trl", "model_type": model_type}
+    path = _path({**HF, "transformers": tf, "trl": "0.23.1"}, wl)
+    assert path.packed_mask is want
+    # the same list, whatever the attention (HF-PADDING-FREE-NEEDS-FLASH-ATTENTION reads it)
+    assert path.no_packed_search is (not want)
+    assert _path({**HF, "transformers": tf, "trl": "0.23.1"}, {**wl, "attn_implementation": "eager"}).no_packed_search is (not want)
+
+
+def test_no_packed_search_starts_with_the_search() -> None:
+    """Before 4.53.1 there is no search to skip: the fact stays false (the rule's own <4.53.1 arm)."""
+    wl = {**PF, "attn_implementation": "sdpa", "framework": "trl", "model_type": "opt"}
+    assert _path({**HF, "transformers": "4.53.0", "trl": "0.23.1"}, wl).no_packed_search is False
+    assert _path({**HF, "transformers": "4.53.1", "trl": "0.23.1"}, wl).no_packed_search is True
+    assert _path({**HF, "transformers": "5.23.0", "trl": "0.23.1"}, {**wl, "model_type": None}).no_packed_search is False
+
+
+@pytest.mark.parametrize(
+    "model_type,tf,want",
+    [
+        # Sample 32 row 12: _update_causal_mask builds a 4-D mask for SDPA on every forward
+        # (4.42.0 modeling_gemma2.py:930-972; 4.52.4 gemma2 :557-593, cohere2 :535-571,
+        # gemma3 :685-721); 4.53.0 moves them to masking_utils
+        ("gemma2", "4.41.2", False), ("gemma2", "4.42.0", True), ("gemma2", "4.52.4", True), ("gemma2", "4.53.0", False),
+        ("cohere2", "4.48.0", True), ("cohere2", "4.52.4", True), ("cohere2", "4.53.0", False),
+        ("gemma3_text", "4.50.0", True), ("gemma3", "4.52.4", True), ("gemma3_text", "4.53.0", False),
+        # Falcon from 5.2.0 asks create_causal_mask for a materialised mask
+        ("falcon", "5.1.0", False), ("falcon", "5.2.0", True), ("falcon", "5.23.0", True),
+        ("llama", "4.52.4", False),
+    ],
+)
+def test_models_that_always_hand_sdpa_a_mask(model_type: str, tf: str, want: bool) -> None:
+    wl = {"attn_implementation": "sdpa", "framework": "transformers", "model_type": model_type, "mask": "causal"}
+    assert _path({**HF, "transformers": tf}, wl).model_mask is want
+    # not on another attention, nor where unsloth's own loaders patch the family
+    assert _path({**HF, "transformers": tf}, {**wl, "attn_implementation": "eager"}).model_mask is False
+
+
+def test_model_mask_not_under_unsloths_own_gemma2() -> None:
+    wl = {"attn_implementation": "sdpa", "framework": "unsloth", "model_type": "gemma2", "mask": "causal"}
+    assert _path({**HF, "transformers": "4.52.4", "unsloth": "2025.6.1"}, wl).model_mask is False
+    assert _path({**HF, "transformers": "4.52.4", "unsloth": "2025.6.1"}, {**wl, "model_type": "cohere2"}).model_mask is True
