@@ -53,7 +53,9 @@ METADATA_FLOOR = {
     "accelerate": "0.30.0",
     "deepspeed": "0.14.0",
     "llamafactory": "0.7.1",
-    "ms-swift": "3.0.0",
+    # 2.x too: its wheels cap transformers (<4.41 in 2.0.0-2.0.4 ... <4.48 in 2.5.2-2.6.1), which
+    # XTuner sequence-parallel fixes (transformers pins) must respect
+    "ms-swift": "2.0.0",
     "verl": "0.2.0",
     "unsloth": "2025.1",
     "unsloth-zoo": "2025.3",

@@ -179,3 +179,16 @@ def test_unsloth_zoo_is_known_with_the_transformers_each_release_asks_for(rel) -
     assert rel.knows("unsloth-zoo") and rel.exists("unsloth-zoo", "2025.4.1")
     assert "transformers!=4.47.0,>=4.46.1" in rel.packages["unsloth-zoo"].get("2025.4.1").requires_dist
     assert any(r.startswith("transformers") and ">=4.51.3" in r for r in rel.packages["unsloth-zoo"].get("2025.10.1").requires_dist)
+
+
+def test_ms_swift_2_x_carries_its_transformers_cap(rel) -> None:  # type: ignore[no-untyped-def]
+    # sample-32 fix-F: ms-swift 2.x's Requires-Dist (read from the wheels' METADATA) is in the
+    # catalogue, so a transformers pin above its cap is refused: 2.1.0 <4.42, 2.2.0 <4.43, 2.6.1 <4.48
+    from doctor.fix.resolve import resolve
+
+    assert "transformers <4.42,>=4.33" in rel.packages["ms-swift"].get("2.1.0").requires_dist
+    assert "transformers<4.48,>=4.33" in rel.packages["ms-swift"].get("2.6.1").requires_dist
+    assert not resolve(rel, {"ms-swift": "2.1.0", "transformers": "4.39.3"}, [("transformers", "4.42.4", ())], "3.10").ok
+    assert resolve(rel, {"ms-swift": "2.1.0", "transformers": "4.39.3"}, [("transformers", "4.41.2", ())], "3.10").ok
+    assert resolve(rel, {"ms-swift": "2.2.0", "transformers": "4.39.3"}, [("transformers", "4.42.4", ())], "3.10").ok
+    assert not resolve(rel, {"ms-swift": "2.6.1", "transformers": "4.47.1"}, [("transformers", "4.48.0", ())], "3.10").ok
