@@ -1010,7 +1010,8 @@ class CallPath:
     megatron_core: bool = False
     # is the model a family Unsloth's own loaders patch (FastLanguageModel hands llama, mistral, gemma,
     # gemma2, qwen2 and, from unsloth 2025.4.2, qwen3 to FastLlamaModel and the classes built on it)?
-    # None where no model_type is stated (or qwen3 with unsloth's release unknown). Whether the load
+    # None where no model_type is stated (or qwen3 with unsloth's release unknown): a value rules
+    # compare (eq true/false are then false), not an unknown fact. Whether the load
     # takes that route is the unsloth_own_attention condition's (doctor.rules.callpath.unsloth_own_family)
     unsloth_own_family: Optional[bool] = None
     # fields whose value is not known (a None here means "not known", not "none"), with why:

@@ -156,9 +156,12 @@ def lf_megatron_route(packages: Optional[Mapping[str, str]], env: Optional[Mappi
     if not training:
         return False
     module = (imports or {}).get("mcore_adapter")
-    if module is not None and module.status == "missing":
-        return False
-    return bool(mca and lf and version_matches(lf, ">=0.9.4") and (packages or {}).get("mcore-adapter"))
+    if module is not None and module.status in ("missing", "present"):
+        importable = module.status == "present"  # a ROLL checkout on PYTHONPATH needs no distribution
+    else:
+        dist = (packages or {}).get("mcore-adapter")
+        importable = dist is not None and dist != "0.0.1"  # PyPI's 0.0.1 is the unrelated project
+    return bool(mca and lf and version_matches(lf, ">=0.9.4") and importable)
 
 
 def megatron_core(workload: Workload, packages: Optional[Mapping[str, str]], env: Optional[Mapping[str, str]], framework: Optional[str],

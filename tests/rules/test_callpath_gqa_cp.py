@@ -383,13 +383,19 @@ def test_megatron_route_hands_te_a_padding_mask_for_thd(workload: Dict[str, Any]
     assert ("TE-THD-NEEDS-PADDING-MASK" in {f.rule_id for f in d.findings}) is fires
 
 
-@pytest.mark.parametrize("status,want", [("present", True), ("missing", False), (None, True)])
-def test_lf_megatron_route_needs_the_mcore_adapter_module_not_just_a_distribution(status: Optional[str], want: bool) -> None:
+@pytest.mark.parametrize(
+    "dist,status,want",
+    [("0.7.0", "present", True), ("0.0.1", "missing", False), ("0.7.0", None, True), ("0.0.1", None, False),
+     (None, "present", True), (None, None, False)],
+)
+def test_lf_megatron_route_needs_the_mcore_adapter_module_not_just_a_distribution(dist: Optional[str], status: Optional[str], want: bool) -> None:
     """PyPI's `mcore-adapter` 0.0.1 is an unrelated project whose folder no import reaches: where the
     probe found no `mcore_adapter` module, LLaMA-Factory cannot take its USE_MCA route (its own
-    ImportError), so neither Megatron-Core nor TE's attention is on the path. Not probed: the
-    distribution is read."""
-    case: Dict[str, Any] = {"packages": {"torch": "2.9.0", "transformer-engine": "2.19.0", "llamafactory": "0.9.4", "mcore-adapter": "0.0.1"},
+    ImportError), so neither Megatron-Core nor TE's attention is on the path. A module the probe found
+    counts without a distribution (a ROLL checkout on PYTHONPATH). Not probed: the distribution is
+    read, and 0.0.1 is the placeholder."""
+    packages = {"torch": "2.9.0", "transformer-engine": "2.19.0", "llamafactory": "0.9.4", **({"mcore-adapter": dist} if dist else {})}
+    case: Dict[str, Any] = {"packages": packages,
                             "env": {"USE_MCA": "1"}, "workload": {"framework": "llamafactory"}}
     if status is not None:
         case["imports"] = {"mcore_adapter": {"status": status}}
