@@ -484,12 +484,26 @@ _BERT_STYLE_DECODERS = (
 _NO_POSITION_IDS_5X = (
     "bloom", "kosmos-2.5", "kosmos2_5", "mpt", "musicgen", "musicgen_melody", "opt", "trocr", "xglm")
 _NO_SEARCH_EVER = frozenset(("kosmos-2", "kosmos2", "idefics", "biogpt") + _BERT_STYLE_DECODERS + _NO_POSITION_IDS_5X)
+# Decoders of encoder-decoder families run as causal LMs (BartForCausalLM and its copies): from
+# 5.0.0 their decoder calls create_causal_mask without position_ids (5.0.0 modeling_bart.py:808,
+# marian :761, pegasus :813, blenderbot :759, blenderbot_small :749, mbart :811, plbart :740,
+# bigbird_pegasus :1984; 5.2.0 mvp :799, which in 5.0.0 still builds its own with
+# _prepare_4d_causal_attention_mask :794; through 5.24.0: bart :631, marian :580, pegasus :657,
+# blenderbot :596, blenderbot_small :562, mbart :709, plbart :564, bigbird_pegasus :1765, mvp :790).
+# In 4.53.1-4.57.x they keep their own mask (4.57.1 modeling_bart.py:1077 _update_causal_mask), but
+# their *ForCausalLM.forward takes no position_ids and no **kwargs (4.57.1 modeling_bart.py:1850),
+# so a padding-free batch raises a TypeError there before any mask: left out below 5.0.0, so the
+# rules do not report a silent mix. Whisper passes the position_ids (5.24.0 modeling_whisper.py:791)
+# and searches (sample 32 follow-up, fixer I)
+_ENC_DEC_CAUSAL_LM_5X = (
+    "bart", "bigbird_pegasus", "blenderbot", "blenderbot-small", "blenderbot_small", "marian", "mbart",
+    "mvp", "pegasus", "plbart")
 # (model_type, transformers range) where the model skips the search in these releases only
 _NO_SEARCH_RANGES = (
     ("gpt2", ">=4.53.1,<4.54.1"), ("chameleon", ">=4.53.1,<4.54.0"), ("recurrent_gemma", ">=5.0.0,<5.4.0"),
     # Falcon: its own mask in 4.x and 5.0-5.1, no position_ids to create_causal_mask in 5.2-5.23;
     # 5.24.0 modeling_falcon.py:753-760 passes them again (check-R5 of sample 32)
-    ("falcon", ">=4.53.1,<5.24.0"))
+    ("falcon", ">=4.53.1,<5.24.0")) + tuple((m, ">=5.0.0") for m in _ENC_DEC_CAUSAL_LM_5X)
 
 
 def hf_padding_free_mask(workload: Workload, framework: Optional[str], library: Optional[str], packages: Mapping[str, str]) -> bool:

@@ -434,6 +434,15 @@ def test_unsloth_own_family_is_the_families_its_loaders_patch(model: Optional[st
         ("gptj", "5.1.0", False),
         # Falcon passes position_ids again from 5.24.0 (modeling_falcon.py:753-760; check-R5)
         ("falcon", "5.23.0", False), ("falcon", "5.24.0", True),
+        # encoder-decoder families run as causal LMs: create_causal_mask without position_ids from
+        # 5.0.0 (5.0.0 modeling_bart.py:808, marian :761, plbart :740; 5.24.0 bart :631, pegasus :657,
+        # blenderbot :596, blenderbot_small :562, mbart :709, bigbird_pegasus :1765, mvp :790); MVP's
+        # own _prepare_4d_causal_attention_mask in 5.0.0 (:794). Whisper hands them on (5.24.0 :791)
+        ("bart", "5.0.0", False), ("bart", "5.24.0", False), ("marian", "5.0.0", False), ("marian", "5.23.0", False),
+        ("pegasus", "5.2.0", False), ("pegasus", "5.24.0", False), ("blenderbot", "5.24.0", False),
+        ("blenderbot-small", "5.24.0", False), ("mbart", "5.23.0", False), ("plbart", "5.0.0", False),
+        ("bigbird_pegasus", "5.24.0", False), ("mvp", "5.0.0", False), ("mvp", "5.24.0", False),
+        ("whisper", "5.24.0", True),
     ],
 )
 def test_models_without_position_ids_never_build_a_packed_mask(model_type: str, tf: str, want: bool) -> None:
@@ -443,6 +452,15 @@ def test_models_without_position_ids_never_build_a_packed_mask(model_type: str, 
     # the same list, whatever the attention (HF-PADDING-FREE-NEEDS-FLASH-ATTENTION reads it)
     assert path.no_packed_search is (not want)
     assert _path({**HF, "transformers": tf, "trl": "0.23.1"}, {**wl, "attn_implementation": "eager"}).no_packed_search is (not want)
+
+
+def test_encoder_decoder_causal_lms_not_listed_before_5() -> None:
+    """In 4.53.1-4.57.x BartForCausalLM and its copies keep their own mask, but their forward takes no
+    position_ids (no **kwargs: 4.57.1 modeling_bart.py:1850), so a padding-free batch raises a
+    TypeError before any mask: the list starts at 5.0.0, where the forward takes **kwargs."""
+    wl = {**PF, "attn_implementation": "sdpa", "framework": "trl", "model_type": "bart"}
+    assert _path({**HF, "transformers": "4.57.1", "trl": "0.23.1"}, wl).no_packed_search is False
+    assert _path({**HF, "transformers": "5.0.0", "trl": "0.23.1"}, wl).no_packed_search is True
 
 
 def test_no_packed_search_starts_with_the_search() -> None:
