@@ -6,6 +6,8 @@ import json
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pytest
+
 from probe_fakes import FakeNvml, FakeRunner, add_dist, add_file, add_torch, child_output, good_child_records, sources
 
 from doctor.model import SCHEMA_VERSION
@@ -109,30 +111,31 @@ def test_cache_is_off_with_the_environment_switch() -> None:
     assert default_cache_dir({"HOME": "/home/u", "ATTN_DOCTOR_NO_CACHE": "1"}) is None
 
 
-def test_xtuner_1x_is_told_apart_from_pypi_0_2_0_by_its_v1_package(site: Path) -> None:
-    """XTuner 1.x installed from its git tags reports version 0.2.0, like the PyPI release; only
-    its xtuner/v1 package tells them apart. The probe looks for it without importing it."""
+@pytest.mark.parametrize(
+    "dist,version,module,decoy,real",
+    [
+        # XTuner 1.x installed from its git tags reports version 0.2.0, like the PyPI release; only
+        # its xtuner/v1 package tells them apart
+        ("xtuner", "0.2.0", "xtuner.v1", "xtuner/__init__.py", "xtuner/v1/__init__.py"),
+        # PyPI's mcore-adapter 0.0.1 installs a folder named `mcore-adapter`, which `import
+        # mcore_adapter` never reaches; ROLL's package installs mcore_adapter/
+        ("mcore-adapter", "0.0.1", "mcore_adapter", "mcore-adapter/__init__.py", "mcore_adapter/__init__.py"),
+    ],
+)
+def test_presence_only_modules_are_looked_for_not_read_from_the_distribution(
+    site: Path, dist: str, version: str, module: str, decoy: str, real: str
+) -> None:
+    """The distribution alone does not say whether the module is there: the probe looks for the
+    module on the path, without importing it."""
     add_torch(site)
-    add_dist(site, "xtuner", "0.2.0")
-    add_file(site, "xtuner/__init__.py")
+    add_dist(site, dist, version)
+    add_file(site, decoy)
     src = sources(site, nvml_loader=lambda: FakeNvml())
-    assert collect(loaded=False, sources=src)["imports"]["xtuner.v1"]["status"] == "missing"
-    add_file(site, "xtuner/v1/__init__.py")
+    assert collect(loaded=False, sources=src)["imports"][module]["status"] == "missing"
+    add_file(site, real)
     doc = collect(loaded=False, sources=src)
-    assert doc["imports"]["xtuner.v1"]["status"] == "present"
-    assert doc["provenance"]["imports.xtuner.v1"].startswith("static")
-
-
-def test_pypi_mcore_adapter_placeholder_is_not_the_mcore_adapter_module(site: Path) -> None:
-    """PyPI's `mcore-adapter` 0.0.1 installs a folder named `mcore-adapter`, which `import
-    mcore_adapter` never reaches; ROLL's package installs `mcore_adapter/`. The probe tells them apart."""
-    add_torch(site)
-    add_dist(site, "mcore-adapter", "0.0.1")
-    add_file(site, "mcore-adapter/__init__.py")
-    src = sources(site, nvml_loader=lambda: FakeNvml())
-    assert collect(loaded=False, sources=src)["imports"]["mcore_adapter"]["status"] == "missing"
-    add_file(site, "mcore_adapter/__init__.py")
-    assert collect(loaded=False, sources=src)["imports"]["mcore_adapter"]["status"] == "present"
+    assert doc["imports"][module]["status"] == "present"
+    assert doc["provenance"][f"imports.{module}"].startswith("static")
 
 
 def test_the_cuda_xformers_was_built_with_is_read_from_its_cpp_lib_json(site: Path) -> None:
