@@ -950,7 +950,7 @@ class BackendStatus:
     not_covered: Optional[str] = None
 
 
-CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "model_has_sdpa", "needs_mask", "packed_mask", "model_mask", "no_packed_search", "default_sdpa", "default_attention", "gqa_form", "te_attention", "flash_attn_direct", "megatron_core", "unsloth_own_family")
+CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "model_has_sdpa", "needs_mask", "packed_mask", "model_mask", "no_packed_search", "default_sdpa", "default_attention", "gqa_form", "te_attention", "flash_attn_direct", "megatron_core", "mcore_adapter", "unsloth_own_family")
 
 
 @dataclass(frozen=True)
@@ -1008,6 +1008,10 @@ class CallPath:
     # USE_MCA route through mcore_adapter. What Megatron-Core does before TE (the thd padding mask,
     # its own KV cache, MLA's V padding) holds on all of these (doctor.rules.callpath.megatron_core)
     megatron_core: bool = False
+    # is a `mcore_adapter` module importable (ROLL's, which LLaMA-Factory's USE_MCA route imports)?
+    # The probe's finding where it looked (present/missing); else an installed distribution other
+    # than PyPI's unrelated mcore-adapter 0.0.1 (doctor.rules.callpath.mcore_adapter_importable)
+    mcore_adapter: bool = False
     # is the model a family Unsloth's own loaders patch (FastLanguageModel hands llama, mistral, gemma,
     # gemma2, qwen2 and, from unsloth 2025.4.2, qwen3 to FastLlamaModel and the classes built on it)?
     # None where no model_type is stated (or qwen3 with unsloth's release unknown): a value rules

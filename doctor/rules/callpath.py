@@ -21,6 +21,8 @@
                 workload states an attn_implementation or a framework that picks attention)
     megatron_core  whether Megatron-Core's layers run attention (Megatron-LM, NeMo, any trainer
                 with `distributed: megatron`, LLaMA-Factory's USE_MCA route)
+    mcore_adapter  whether a `mcore_adapter` module is importable (LLaMA-Factory's USE_MCA route
+                needs it; PyPI's mcore-adapter 0.0.1 is an unrelated project and does not count)
 
 A field the workload states (`framework:`, `context_parallel.impl`, `packing:`,
 `attn_implementation:`) is taken as given; the others are inferred from what is installed and
@@ -102,7 +104,7 @@ TE_MODEL_TYPE = re.compile(r"^nv_")
 # core_r0.1x) and nemo (nlp/modules/common/megatron/attention.py, use_flash_attention, through v2.4.0).
 FA_ELSEWHERE_FRAMEWORKS = ("transformers", "trl", "peft", "accelerate", "axolotl", "unsloth", "llamafactory", "diffusers",
                            "ms-swift", "torchtitan", "nemo", "megatron")
-__all__ = ["FIELDS", "CallPath", "default_attention", "flash_attn_direct", "framework_attention", "infer", "lf_megatron_route", "megatron_core", "te_attention", "unsloth_own_family", "verl_megatron_workers_mcore"]
+__all__ = ["FIELDS", "CallPath", "default_attention", "flash_attn_direct", "framework_attention", "infer", "lf_megatron_route", "mcore_adapter_importable", "megatron_core", "te_attention", "unsloth_own_family", "verl_megatron_workers_mcore"]
 
 
 def te_attention(workload: Workload, packages: Optional[Mapping[str, str]] = None, env: Optional[Mapping[str, str]] = None,
@@ -155,13 +157,20 @@ def lf_megatron_route(packages: Optional[Mapping[str, str]], env: Optional[Mappi
     mca = re.match(r"^(?i:true|y|1)\Z", (env or {}).get("USE_MCA") or "") is not None
     if not training:
         return False
+    return bool(mca and lf and version_matches(lf, ">=0.9.4") and mcore_adapter_importable(packages, imports))
+
+
+def mcore_adapter_importable(packages: Optional[Mapping[str, str]], imports: Optional[Mapping[str, ImportStatus]] = None) -> bool:
+    """Is a `mcore_adapter` module importable? Where the probe looked for the module (imports:
+    present/missing), its finding: a ROLL checkout on PYTHONPATH needs no distribution, and PyPI's
+    `mcore-adapter` 0.0.1 (an unrelated project) installs a folder named `mcore-adapter` no import
+    reaches. Not probed: an installed distribution other than 0.0.1 (ROLL's releases are 0.5-0.7).
+    Rules read it as path.mcore_adapter (LF-USE-MCA-MCORE-ADAPTER-MISSING)."""
     module = (imports or {}).get("mcore_adapter")
     if module is not None and module.status in ("missing", "present"):
-        importable = module.status == "present"  # a ROLL checkout on PYTHONPATH needs no distribution
-    else:
-        dist = (packages or {}).get("mcore-adapter")
-        importable = dist is not None and dist != "0.0.1"  # PyPI's 0.0.1 is the unrelated project
-    return bool(mca and lf and version_matches(lf, ">=0.9.4") and importable)
+        return module.status == "present"
+    dist = (packages or {}).get("mcore-adapter")
+    return dist is not None and dist != "0.0.1"
 
 
 def megatron_core(workload: Workload, packages: Optional[Mapping[str, str]], env: Optional[Mapping[str, str]], framework: Optional[str],
@@ -292,6 +301,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         te_attention=te_attention(workload, packages, facts.env, facts.imports),
         flash_attn_direct=flash_attn_direct(workload),
         megatron_core=mcore,
+        mcore_adapter=mcore_adapter_importable(packages, facts.imports),
         unsloth_own_family=unsloth_own_family(workload.model_type, packages),
         inferred=tuple(inferred),
         unknown=tuple(unknown),

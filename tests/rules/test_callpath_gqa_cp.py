@@ -400,6 +400,7 @@ def test_lf_megatron_route_needs_the_mcore_adapter_module_not_just_a_distributio
     if status is not None:
         case["imports"] = {"mcore_adapter": {"status": status}}
     facts, wl = case_inputs(case)
+    assert infer(facts, wl).mcore_adapter is want  # the one reading rules see as path.mcore_adapter
     assert infer(facts, wl).megatron_core is want
     assert te_attention(wl, facts.packages, facts.env, facts.imports) is want
 
