@@ -85,6 +85,9 @@ KEYS = (
 )
 
 # The boolean keys: in a workload file as true/false, on the command line as --KEY / --no-KEY.
+# A workload key whose command-line flag has another name: `--distributed` is check's own option
+# (run on every rank), so the parallelism strategy (fsdp, deepspeed, megatron, ...) is `--strategy`
+FLAG_NAMES = {"distributed": "strategy"}
 BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "paged_kv_cache", "sdpa_fa3", "pad_between_seqs", "xformers", "vision_tower", "qkv_weight_interleaved", "use_cache", "deterministic_flash_attn", "gradient_checkpointing", "model_compile")
 
 _DTYPE_ALIASES = {

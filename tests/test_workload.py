@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -270,6 +271,23 @@ def test_a_plans_context_parallel_change_round_trips_through_the_check_flags() -
     }
     w = resolve_workload(flags=parse_workload_flags(argv))
     assert (w.cp_size, w.cp_impl, w.cp_attn_implementation) == (2, "ulysses", "sdpa")
+
+
+def test_the_strategy_flag_states_the_distributed_key_and_a_plan_re_checks_through_it() -> None:
+    # `--distributed` is check's own option (every rank), so a fix that moves the workload to
+    # another strategy (e.g. verl's FSDP workers) must re-check through --strategy, not collide
+    from doctor.fix.plan import check_args
+
+    argv = shlex.split(" ".join(check_args({}, {}, {"distributed": "fsdp"})))
+    assert argv == ["--strategy", "fsdp"]
+    assert resolve_workload(flags=parse_workload_flags(argv)).distributed == "fsdp"
+    with pytest.raises(InputError) as exc:
+        resolve_workload(flags=parse_workload_flags(["--strategy", "hsdp2"]))
+    assert "hsdp2" in exc.value.one_line()
+    # what typer leaves of `check --distributed fsdp`: the hint names the flag that was meant
+    with pytest.raises(InputError) as exc:
+        parse_workload_flags(["fsdp"])
+    assert "--strategy fsdp" in exc.value.one_line()
 
 
 def test_finetune_is_a_workload_value_unknown_when_not_stated(tmp_path: Path) -> None:

@@ -1,6 +1,8 @@
-"""Workload flags shared by `check` and `fix`: every workload-file key is also a flag.
+"""Workload flags shared by `check` and `fix`: every workload-file key is also a flag (the
+`distributed` key's is `--strategy`, as `--distributed` runs check on every rank).
 
     --head-dim 192 --head-dim-v 128 --mask causal --dtype bf16 --cp-size 2 --cp-comm-type all_gather
+    --strategy fsdp
     --qkv-packed / --no-qkv-packed, --inference (training off), --window-size 4095,0
 
 typer hands us the arguments it does not know; this parser turns them into workload keys and
@@ -13,12 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from doctor.errors import InputError
-from doctor.workload import BOOL_KEYS, KEYS
+from doctor.model import DISTRIBUTED
+from doctor.workload import BOOL_KEYS, FLAG_NAMES, KEYS
 
 if TYPE_CHECKING:
     from doctor.app import CheckOptions
 
-FLAG_KEYS = tuple(k for k in KEYS if k != "context_parallel") + ("cp_size", "cp_comm_type", "cp_impl", "cp_attn_implementation")
+KEY_OF_FLAG = {flag: key for key, flag in FLAG_NAMES.items()}
+FLAG_KEYS = tuple(FLAG_NAMES.get(k, k) for k in KEYS if k != "context_parallel") + ("cp_size", "cp_comm_type", "cp_impl", "cp_attn_implementation")
 
 WORKLOAD_FLAGS_HELP = (
     "Workload flags (override --workload/--model): "
@@ -40,6 +44,8 @@ def parse_workload_flags(args: Sequence[str], command: str = "check") -> Dict[st
     while i < len(rest):
         arg = rest[i]
         if not arg.startswith("--"):
+            if arg in DISTRIBUTED:  # `--distributed fsdp`: typer took --distributed as check's own flag
+                raise InputError(f"unexpected argument {arg!r}", hint=f"--distributed runs {command} on every rank; the workload's strategy is --strategy {arg}")
             raise InputError(f"unexpected argument {arg!r}", hint=f"see `attn-doctor {command} --help`")
         name, eq, inline = arg[2:].partition("=")
         key = name.replace("-", "_")
@@ -89,7 +95,7 @@ def parse_workload_flags(args: Sequence[str], command: str = "check") -> Dict[st
         elif key == "cp_attn_implementation":
             cp["attn_implementation"] = value
         else:
-            out[key] = value
+            out[KEY_OF_FLAG.get(key, key)] = value
     if cp:
         out["context_parallel"] = cp
     return out

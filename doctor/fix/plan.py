@@ -41,6 +41,7 @@ from doctor.rules.conditions import Context
 from doctor.rules.evaluate import Diagnosis, diagnose, offered_fixes, render, render_workload, unsure_note
 from doctor.rules.loader import Catalogue, Rule
 from doctor.versions import parse_version, version_matches
+from doctor.workload import FLAG_NAMES
 
 TARGET_SEVERITIES = (Severity.ERROR, Severity.WARNING)
 MAX_EVALUATIONS = 600  # sets of candidates re-checked per plan (each is one `diagnose`)
@@ -854,6 +855,8 @@ def check_args(pins: Mapping[str, str], env: Mapping[str, Optional[str]], worklo
                 args.append(f"--cp-attn-implementation {value['attn_implementation']}")
         elif isinstance(value, bool):
             args.append(f"--{key.replace('_', '-')}" if value else f"--no-{key.replace('_', '-')}")
+        elif key in FLAG_NAMES:  # `--distributed` is check's own option: the strategy's flag is --strategy
+            args.append(f"--{FLAG_NAMES[key]} {value}")
         elif isinstance(value, (list, tuple)):
             args.append(f"--{key.replace('_', '-')} {','.join(str(x) for x in value)}")
         else:
