@@ -288,6 +288,8 @@ def test_the_strategy_flag_states_the_distributed_key_and_a_plan_re_checks_throu
     with pytest.raises(InputError) as exc:
         parse_workload_flags(["fsdp"])
     assert "--strategy fsdp" in exc.value.one_line()
+    # `fix` has no --distributed option of its own: there the workload key's own name still works
+    assert parse_workload_flags(["--distributed", "fsdp"], "fix") == {"distributed": "fsdp"}
 
 
 def test_finetune_is_a_workload_value_unknown_when_not_stated(tmp_path: Path) -> None:

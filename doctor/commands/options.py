@@ -21,7 +21,9 @@ from doctor.workload import BOOL_KEYS, FLAG_NAMES, KEYS
 if TYPE_CHECKING:
     from doctor.app import CheckOptions
 
-KEY_OF_FLAG = {flag: key for key, flag in FLAG_NAMES.items()}
+# the flag names, and the workload key itself where the command has no option of that name
+# (`fix --distributed fsdp` keeps working: fix has no --distributed of its own)
+KEY_OF_FLAG = {**{flag: key for key, flag in FLAG_NAMES.items()}, **{key: key for key in FLAG_NAMES}}
 FLAG_KEYS = tuple(FLAG_NAMES.get(k, k) for k in KEYS if k != "context_parallel") + ("cp_size", "cp_comm_type", "cp_impl", "cp_attn_implementation")
 
 WORKLOAD_FLAGS_HELP = (
@@ -44,7 +46,7 @@ def parse_workload_flags(args: Sequence[str], command: str = "check") -> Dict[st
     while i < len(rest):
         arg = rest[i]
         if not arg.startswith("--"):
-            if arg in DISTRIBUTED:  # `--distributed fsdp`: typer took --distributed as check's own flag
+            if arg in DISTRIBUTED and command == "check":  # `--distributed fsdp`: typer took --distributed as check's own flag
                 raise InputError(f"unexpected argument {arg!r}", hint=f"--distributed runs {command} on every rank; the workload's strategy is --strategy {arg}")
             raise InputError(f"unexpected argument {arg!r}", hint=f"see `attn-doctor {command} --help`")
         name, eq, inline = arg[2:].partition("=")
@@ -58,7 +60,7 @@ def parse_workload_flags(args: Sequence[str], command: str = "check") -> Dict[st
             out["training"] = key == "no_inference"
             i += 1
             continue
-        if key not in FLAG_KEYS:
+        if key not in FLAG_KEYS and key not in KEY_OF_FLAG:
             import difflib
 
             close = difflib.get_close_matches(key, FLAG_KEYS + ("inference",), n=1)
