@@ -169,8 +169,10 @@ def mcore_adapter_importable(packages: Optional[Mapping[str, str]], imports: Opt
     module = (imports or {}).get("mcore_adapter")
     if module is not None and module.status in ("missing", "present"):
         return module.status == "present"
+    from doctor.versions import version_matches
+
     dist = (packages or {}).get("mcore-adapter")
-    return dist is not None and dist != "0.0.1"
+    return dist is not None and not version_matches(dist, "==0.0.1")  # 0.0.1+local too (review-1)
 
 
 def megatron_core(workload: Workload, packages: Optional[Mapping[str, str]], env: Optional[Mapping[str, str]], framework: Optional[str],
