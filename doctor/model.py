@@ -450,6 +450,11 @@ class Workload:
     # outer compile inlines a compiled flex_attention and drops its own mode (pytorch#156308);
     # None: not stated
     model_compile: Optional[bool] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
+    # the KV cache is a compilable (static) one: StaticCache or generate's cache_implementation
+    # "static" (and the other fixed-size caches transformers marks is_compileable), as compiled
+    # generate uses; transformers then hands SDPA a mask tensor instead of is_causal; None: not
+    # stated
+    static_cache: Optional[bool] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
     # full fine-tuning or an adapter (FINETUNES); None: not stated, so not known
     finetune: Optional[str] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
     # the attention softmax TE is asked for (SOFTMAX_TYPES): vanilla, or a sink softmax
@@ -802,7 +807,7 @@ WORKLOAD_DERIVED = (
 )
 # workload fields whose None means "not known" rather than a value a rule can compare with:
 # a rule that reads one is then not evaluated (the others' None means "not stated", a value)
-WORKLOAD_UNKNOWN_WHEN_NONE = ("vision_tower", "qkv_weight_interleaved", "use_cache", "gradient_checkpointing", "model_compile", "finetune", "softmax_type")
+WORKLOAD_UNKNOWN_WHEN_NONE = ("vision_tower", "qkv_weight_interleaved", "use_cache", "gradient_checkpointing", "model_compile", "static_cache", "finetune", "softmax_type")
 
 # --------------------------------------------------------------------------- rule results
 

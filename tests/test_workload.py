@@ -302,6 +302,20 @@ def test_finetune_is_a_workload_value_unknown_when_not_stated(tmp_path: Path) ->
     assert resolve_workload(workload_file=f, flags=parse_workload_flags(["--finetune", "full"])).finetune == "full"
 
 
+def test_static_cache_is_a_workload_value_unknown_when_not_stated(tmp_path: Path) -> None:
+    # sample-34 row 17: a compilable KV cache (StaticCache, cache_implementation="static") makes
+    # transformers hand SDPA a mask tensor (SDPA-FLASH-ATTN-MASK reads workload.static_cache);
+    # not stated it is unknown, not "dynamic"
+    from doctor.model import WORKLOAD_UNKNOWN_WHEN_NONE
+
+    assert resolve_workload().static_cache is None and "static_cache" in WORKLOAD_UNKNOWN_WHEN_NONE
+    f = tmp_path / "w.yaml"
+    f.write_text("framework: transformers\nkv_cache: true\nstatic_cache: true\n")
+    w = resolve_workload(workload_file=f)
+    assert w.static_cache is True and "static_cache" not in w.defaulted
+    assert resolve_workload(workload_file=f, flags=parse_workload_flags(["--no-static-cache"])).static_cache is False
+
+
 def test_bad_finetune_names_the_file_and_line(tmp_path: Path) -> None:
     f = tmp_path / "w.yaml"
     f.write_text("dtype: bf16\nfinetune: prefix\n")

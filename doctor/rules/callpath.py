@@ -288,7 +288,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         packed_mask=packed_mask,
         model_mask=model_mask,
         no_packed_search=no_packed_search,
-        gqa_form=_gqa_form(workload, framework, sdpa_library, needs_mask or packed_mask, packages, facts.env),
+        gqa_form=_gqa_form(workload, framework, sdpa_library, needs_mask or packed_mask or hf_static_cache_mask(workload, packages), packages, facts.env),
         model_supports=supports,
         model_has_fa2=has_fa2,
         model_has_sdpa=has_sdpa,
@@ -600,6 +600,22 @@ def hf_model_mask(workload: Workload, framework: Optional[str], library: Optiona
     if tf is None:
         return False
     return any(workload.model_type == m and version_matches(tf, r) for m, r in _MODEL_MASK_RANGES)
+
+
+def hf_static_cache_mask(workload: Workload, packages: Mapping[str, str]) -> bool:
+    """Whether transformers builds a mask tensor for SDPA because the KV cache is a compilable
+    (static) one (workload.static_cache): 4.53.1 masking_utils.py:765 `allow_is_causal_skip = not
+    past_key_values.is_compileable` (4.41-4.52: the models' `not using_static_cache` /
+    `using_compilable_cache` test), every forward through 5.13.x, from 5.14.0 decode steps (one
+    query) only (5.14.0 masking_utils.py:953). SDPA-FLASH-ATTN-MASK says the same in YAML."""
+    from doctor.versions import version_matches
+
+    tf = packages.get("transformers")
+    if workload.static_cache is not True or tf is None:
+        return False
+    if version_matches(tf, ">=5.14"):
+        return workload.seq_len_q == 1
+    return version_matches(tf, ">=4.41")
 
 
 def _hf_sdpa_mask_tensor(workload: Workload, needs_mask: bool) -> bool:

@@ -36,6 +36,13 @@ GQA = {"num_heads": 32, "num_kv_heads": 8, "attn_implementation": "sdpa", "mask"
         # several query rows against another number of keys: a mask tensor
         ("4.57.1", {"seq_len_q": 1024, "seq_len_kv": 4096}, None, "repeat_kv"),
         ("4.57.1", {"seq_len_q": 1, "seq_len_kv": 4096}, None, "enable_gqa"),
+        # a compilable (static) KV cache: masking_utils builds a mask tensor (4.53.1 :765), every
+        # forward through 5.13.x, decode steps only from 5.14.0 (masking_utils.py:953)
+        ("4.57.1", {"seq_len_q": 1, "seq_len_kv": 4096, "static_cache": True}, None, "repeat_kv"),
+        ("4.57.1", {"seq_len_q": 1, "seq_len_kv": 4096, "static_cache": False}, None, "enable_gqa"),
+        ("5.13.1", {"static_cache": True}, None, "repeat_kv"),
+        ("5.14.0", {"static_cache": True}, None, "enable_gqa"),
+        ("5.14.0", {"seq_len_q": 1, "seq_len_kv": 4096, "static_cache": True}, None, "repeat_kv"),
         # 5.13 adds the head-dim test (k and v equal, at most 256)
         ("5.12.1", {"head_dim": 512}, None, "enable_gqa"),
         ("5.13.0", {"head_dim": 512}, None, "repeat_kv"),
