@@ -46,6 +46,7 @@ NAMES = frozenset(
         "DISABLE_VERSION_CHECK",  # LLaMA-Factory skips its dependency check (LF-*-DEPENDENCY-WINDOW)
         "USE_V1",  # LLaMA-Factory 0.9.4+ runs its v1 launcher, which has no dependency check
         "SEQUENCE_PARALLEL_IMPL",  # ms-swift 3.4.1-3.8.x pick their sequence-parallel code (SWIFT-ULYSSES-HEADS)
+        "DS_CEPH_DIR",  # XTuner 0.1.x's __init__ imports xtuner.utils (and so deepspeed) when set (XTUNER-11)
         "USE_MCA",  # LLaMA-Factory 0.9.4+ takes its Megatron-Core route (mcore_adapter), which imports TE (te_pytorch_imported)
     }
 )

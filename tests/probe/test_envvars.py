@@ -98,5 +98,9 @@ def test_every_variable_a_rule_reads_is_collected() -> None:
     assert relevant({"DISABLE_VERSION_CHECK": "1"}) == {"DISABLE_VERSION_CHECK": "1"}
     # ROCm torch 2.7's opt-in for AOTriton's experimental GPUs (SDPA-FLASH-SM86-TRAINING-HEAD-DIM)
     assert "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL" in read
+    # XTuner 0.1.20-0.1.23's package __init__ imports xtuner.utils (deepspeed) with these set (XTUNER-11)
+    for name in ("HF_USE_CEPH", "HF_CEPH_HUB", "DS_CEPH_DIR"):
+        assert name in read
+        assert relevant({name: "1"}) == {name: "1"}
     on = {"TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL": "1"}
     assert relevant(on) == on
