@@ -955,7 +955,7 @@ class BackendStatus:
     not_covered: Optional[str] = None
 
 
-CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "model_has_sdpa", "needs_mask", "packed_mask", "model_mask", "no_packed_search", "default_sdpa", "default_attention", "gqa_form", "te_attention", "flash_attn_direct", "megatron_core", "mcore_adapter", "unsloth_own_family")
+CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "model_has_sdpa", "needs_mask", "packed_mask", "static_cache_mask", "model_mask", "no_packed_search", "default_sdpa", "default_attention", "gqa_form", "te_attention", "flash_attn_direct", "megatron_core", "mcore_adapter", "unsloth_own_family")
 
 
 @dataclass(frozen=True)
@@ -980,6 +980,9 @@ class CallPath:
     # transformers' SDPA path turns a padding-free packed batch into a per-sample mask tensor
     # (from 4.53.1; doctor.rules.callpath.hf_padding_free_mask says exactly when)
     packed_mask: bool = False
+    # transformers' SDPA call gets a mask tensor because the KV cache is a static (compilable) one
+    # (4.38 on; doctor.rules.callpath.hf_static_cache_mask says exactly when)
+    static_cache_mask: bool = False
     # transformers' model code hands SDPA a 4-D mask tensor on every forward, padded or not
     # (Gemma-2, Cohere2, Gemma-3 before 4.53, Falcon from 5.2; doctor.rules.callpath.hf_model_mask says exactly when)
     model_mask: bool = False

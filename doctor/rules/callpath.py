@@ -11,6 +11,8 @@
     packing     padded (with a mask), varlen (cu_seqlens kernels), padding_free
     packed_mask whether transformers' SDPA path turns a padding-free batch into a mask tensor
     model_mask  whether transformers' model code hands SDPA a mask tensor on every forward
+    static_cache_mask  whether transformers' SDPA call gets a mask tensor because the KV cache is
+                a static (compilable) one
     no_packed_search  whether the model's code never lets transformers search position_ids
                 for packed samples in this release (any attention)
     te_attention  whether TE's DotProductAttention may run attention (false only where the
@@ -275,6 +277,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
     default_sdpa = default_library == "torch-sdpa"
     sdpa_library = library or default_library
     packed_mask = hf_padding_free_mask(workload, framework, sdpa_library, packages)
+    static_cache_mask = hf_static_cache_mask(workload, framework, sdpa_library, packages)
     model_mask = hf_model_mask(workload, framework, sdpa_library, packages)
     no_packed_search = hf_model_skips_packed_search(workload.model_type, packages.get("transformers"))
     supports = model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None
@@ -288,7 +291,8 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         packed_mask=packed_mask,
         model_mask=model_mask,
         no_packed_search=no_packed_search,
-        gqa_form=_gqa_form(workload, framework, sdpa_library, needs_mask or packed_mask or hf_static_cache_mask(workload, packages), packages, facts.env),
+        gqa_form=_gqa_form(workload, framework, sdpa_library, needs_mask or packed_mask or static_cache_mask, packages, facts.env),
+        static_cache_mask=static_cache_mask,
         model_supports=supports,
         model_has_fa2=has_fa2,
         model_has_sdpa=has_sdpa,
@@ -602,20 +606,30 @@ def hf_model_mask(workload: Workload, framework: Optional[str], library: Optiona
     return any(workload.model_type == m and version_matches(tf, r) for m, r in _MODEL_MASK_RANGES)
 
 
-def hf_static_cache_mask(workload: Workload, packages: Mapping[str, str]) -> bool:
-    """Whether transformers builds a mask tensor for SDPA because the KV cache is a compilable
-    (static) one (workload.static_cache): 4.53.1 masking_utils.py:765 `allow_is_causal_skip = not
-    past_key_values.is_compileable` (4.41-4.52: the models' `not using_static_cache` /
-    `using_compilable_cache` test), every forward through 5.13.x, from 5.14.0 decode steps (one
-    query) only (5.14.0 masking_utils.py:953). SDPA-FLASH-ATTN-MASK says the same in YAML."""
+def hf_static_cache_mask(workload: Workload, framework: Optional[str], library: Optional[str], packages: Mapping[str, str]) -> bool:
+    """Whether transformers' own SDPA call gets a mask tensor because the KV cache is a compilable
+    (static) one (workload.static_cache: StaticCache, or generate's cache_implementation="static"
+    as compiled generate uses), so SDPA sees no is_causal shortcut:
+      4.38-4.39  Llama/Gemma's _update_causal_mask returns the mask whatever the cache (4.39.3
+                 modeling_llama.py);
+      4.40       only under compilation (4.40.0 modeling_attn_mask_utils.py:255-259, :270, :282:
+                 _ignore_causal_mask_sdpa has no cache test; compiling is how a static cache was used);
+      4.41-5.13  every forward (4.41.0/4.42.4 `not using_static_cache`, 4.52.4 modeling_llama.py:504-507
+                 `using_compilable_cache`, 4.53.1 masking_utils.py:765 `allow_is_causal_skip = not
+                 past_key_values.is_compileable`, 5.13.1 masking_utils.py:978);
+      5.14+      decode steps (one query) only (5.14.0 masking_utils.py:953 `and q_length == 1`).
+    Only transformers' own SDPA call: custom code passes its own mask. SDPA-FLASH-ATTN-MASK and
+    path.gqa_form read this (path.static_cache_mask)."""
     from doctor.versions import version_matches
 
     tf = packages.get("transformers")
-    if workload.static_cache is not True or tf is None:
+    if workload.static_cache is not True or tf is None or framework not in HF_BASED or library != "torch-sdpa":
         return False
     if version_matches(tf, ">=5.14"):
         return workload.seq_len_q == 1
-    return version_matches(tf, ">=4.41")
+    if version_matches(tf, ">=4.41") or version_matches(tf, ">=4.38,<4.40"):
+        return True
+    return version_matches(tf, ">=4.40,<4.41") and workload.model_compile is True
 
 
 def _hf_sdpa_mask_tensor(workload: Workload, needs_mask: bool) -> bool:

@@ -504,3 +504,29 @@ def test_model_mask_not_under_unsloths_own_gemma2() -> None:
     wl = {"attn_implementation": "sdpa", "framework": "unsloth", "model_type": "gemma2", "mask": "causal"}
     assert _path({**HF, "transformers": "4.52.4", "unsloth": "2025.6.1"}, wl).model_mask is False
     assert _path({**HF, "transformers": "4.52.4", "unsloth": "2025.6.1"}, {**wl, "model_type": "cohere2"}).model_mask is True
+
+
+@pytest.mark.parametrize(
+    "tf,workload,want",
+    [
+        # 4.38-4.39: Llama/Gemma build the mask for SDPA whatever the cache
+        ("4.38.2", {}, True),
+        # 4.40: only under compilation (no cache test in _ignore_causal_mask_sdpa)
+        ("4.40.2", {}, False),
+        ("4.40.2", {"model_compile": True}, True),
+        ("4.41.0", {}, True),
+        ("5.13.1", {}, True),
+        # from 5.14.0 only a decode step keeps the mask
+        ("5.14.0", {}, False),
+        ("5.14.0", {"seq_len_q": 1, "seq_len_kv": 4096}, True),
+        # the cache not stated static, or not transformers' own SDPA call
+        ("4.57.1", {"static_cache": None}, False),
+        ("4.57.1", {"attn_implementation": "flash_attention_2"}, False),
+        ("4.57.1", {"framework": "megatron", "attn_implementation": None}, False),
+    ],
+)
+def test_static_cache_mask_per_release(tf: str, workload: Dict[str, Any], want: bool) -> None:
+    """A static (compilable) KV cache makes transformers hand its SDPA call a mask tensor: one fact
+    (path.static_cache_mask) that SDPA-FLASH-ATTN-MASK and gqa_form both read."""
+    wl = {**GQA, "kv_cache": True, "static_cache": True, "training": False, "framework": "transformers", "model_type": "llama", **workload}
+    assert _path({**HF, "transformers": tf}, wl).static_cache_mask is want
