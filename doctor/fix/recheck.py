@@ -41,15 +41,17 @@ class Recheck:
     # Requires-Python and wheel platforms: what `fix` refuses to pin as well)
     uninstallable: Tuple[str, ...] = ()
     moves: Tuple[str, ...] = ()  # installed packages pip would move besides the pins (pip_moves)
+    # a switch of attn_implementation to a library none of whose backends can run here (no_backend)
+    no_backend: Tuple[str, ...] = ()
 
     @property
     def verified(self) -> bool:
-        return not self.still and not self.new_errors and not self.uninstallable
+        return not self.still and not self.new_errors and not self.uninstallable and not self.no_backend
 
     @property
     def side_effects(self) -> str:
         """'' or a short phrase naming what the fix brings up."""
-        parts = list(self.uninstallable)
+        parts = list(self.uninstallable) + list(self.no_backend)
         if self.new_errors:
             parts.append("also triggers " + ", ".join(self.new_errors))
         if self.new_warnings:
@@ -231,7 +233,33 @@ def recheck(
     """Apply `fix` and evaluate every rule again; `targets` are the rules it should clear."""
     before = before or diagnose(cat, facts, workload)
     f2, w2 = apply_fix(facts, workload, fix)
-    return replace(compare(before, diagnose(cat, f2, w2), targets), uninstallable=uninstallable(facts, fix), moves=moved_text(facts, fix))
+    after = diagnose(cat, f2, w2)
+    return replace(compare(before, after, targets), uninstallable=uninstallable(facts, fix), moves=moved_text(facts, fix),
+                   no_backend=no_backend(fix, after))
+
+
+# the backends an attn_implementation switch hands attention to (backend ids by prefix)
+_IMPL_BACKENDS = {
+    "sdpa": ("sdpa.",),
+    "flash_attention_2": ("flash_attn.fa2",),
+    "flash_attention_3": ("flash_attn.fa3",),
+    "flash_attention_4": ("flash_attn.fa4",),
+}
+
+
+def no_backend(fix: Fix, after: Diagnosis) -> Tuple[str, ...]:
+    """A fix that switches attn_implementation clears the rule it answers by moving attention
+    elsewhere; it helps only if some backend of the library it moves to can run the workload
+    after the fix (torch < 2.0 has no public SDPA, a Turing GPU no FlashAttention-2). Known-unavailable
+    backends only: an undecided one is not held against the fix."""
+    impl = (fix.workload or {}).get("attn_implementation")
+    prefixes = _IMPL_BACKENDS.get(impl) if isinstance(impl, str) else None
+    if not prefixes:
+        return ()
+    statuses = [b for b in after.backends if b.id.startswith(prefixes)]
+    if not statuses or any(b.available is not False for b in statuses):
+        return ()
+    return (f"no {impl} backend can run here after it ({statuses[0].id}: {statuses[0].reasons[0] if statuses[0].reasons else 'unavailable'})",)
 
 
 def compare(before: Diagnosis, after: Diagnosis, targets: Tuple[str, ...]) -> Recheck:
@@ -299,8 +327,8 @@ def case_rechecks(cat: Catalogue, only: Optional[Callable[[str], bool]] = None) 
             if not fix.checkable:
                 continue
             r = recheck(cat, facts, workload, fix, (rule.id,), before)
-            if r.uninstallable:
-                out.append(CaseRecheck(rule.id, i, fix.position, "; ".join(r.uninstallable)))
+            if r.uninstallable or r.no_backend:
+                out.append(CaseRecheck(rule.id, i, fix.position, "; ".join(r.uninstallable + r.no_backend)))
             elif r.new_errors:
                 out.append(CaseRecheck(rule.id, i, fix.position, "also triggers " + ",".join(r.new_errors)))
             elif r.diagnosis.result(rule.id).status == "fired":

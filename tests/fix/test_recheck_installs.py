@@ -99,3 +99,22 @@ def test_a_pypi_torch_pin_on_windows_is_a_cpu_build_and_the_cuda_index_exemption
     cmds = install_commands(rel, {"torch": "2.8.0"}, {"torch": "2.7.1+cu128"}, "2.7.1+cu128")
     torch_cmd = next(c for c in cmds if c.package == "torch")
     assert f"/{tag}" in torch_cmd.command
+
+
+def test_a_switch_to_an_attention_none_of_whose_backends_runs_here_is_not_verified() -> None:
+    """Code calling flash-attn 2.0.4 on a T4 (no FlashAttention-2 kernel for sm75): switching it to
+    SDPA clears the rule on torch 2.4, but on torch 1.13.1 there is no public SDPA at all, so the
+    switch cannot help (sample 35 row 12) and `check` must not call it verified."""
+    cat = load_catalogue()
+    rule = "CUSTOM-CODE-FLASH-ATTN-NO-KERNEL"
+    to_sdpa = Fix("switch to SDPA", workload={"attn_implementation": "sdpa"})
+    for torch, verified in (("2.4.1", True), ("1.13.1", False)):
+        case = {"packages": {"flash-attn": "2.0.4", "torch": torch}, "torch": {"version": torch, "cuda": "12.1" if torch == "2.4.1" else "11.7"}, "gpu": "7.5",
+                "workload": {"framework": "custom", "attn_implementation": "flash_attention_2", "dtype": "fp16"}}
+        facts, wl = case_inputs(case)
+        d = diagnose(cat, facts, wl)
+        assert d.result(rule).status == "fired"
+        r = recheck(cat, facts, wl, to_sdpa, (rule,), d)
+        assert r.cleared == (rule,) and r.verified is verified, (torch, r.side_effects, r.still)
+        assert bool(r.no_backend) is not verified
+    assert "no sdpa backend can run here" in r.side_effects
