@@ -20,7 +20,7 @@ from doctor.errors import InputError, RuleError
 from doctor.memo import Memo
 from doctor.model import Fix, Pin, Severity
 from doctor.versions import canonical_name, parse_pin
-from doctor.yamlio import read_yaml
+from doctor.yamlio import LineDict, load_yaml
 
 CACHE_FORMAT = 14
 
@@ -452,8 +452,23 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
+_READ_MAX = 256  # parsed, schema-checked rule files of this process, by path and bytes
+_READ: "Memo[Tuple[str, str], Any]" = Memo(_READ_MAX)
+
+
 def _read_file(path: Path) -> Any:
-    doc = read_yaml(path, error=RuleError)
+    """A rule file, parsed and checked against the schema. The same bytes at the same path are
+    parsed once per process (a catalogue loaded with a --rules-dir on top, or a subset, reads the
+    built-in files again); the caller gets its own top-level mapping, since `_expand` replaces
+    its keys (it copies on write below that)."""
+    from doctor.bounded import read_text
+
+    text = read_text(path, what="file", error=RuleError, not_found="file not found")
+    key = (str(path), hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
+    seen = _READ.get(key)
+    if seen is not None:
+        return _top_copy(seen)
+    doc = load_yaml(text, str(path), error=RuleError)
     if doc is None:
         raise RuleError("empty rule file", path=str(path), hint="a rule file holds `rules:`, `frameworks:` and/or `conditions:`")
     if not isinstance(doc, dict):
@@ -462,7 +477,15 @@ def _read_file(path: Path) -> Any:
     if errors:
         where, msg = errors[0]
         raise _fail(path, doc, where, msg, hint="see docs/rules.md for the rule schema")
-    return doc
+    _READ.put(key, doc)
+    return _top_copy(doc)
+
+
+def _top_copy(doc: Any) -> Any:
+    out = LineDict(doc)
+    out.line = getattr(doc, "line", 0)
+    out.key_lines = dict(getattr(doc, "key_lines", {}))
+    return out
 
 
 def _named_conditions(docs: Sequence[Tuple[Path, Any]]) -> Dict[str, Any]:
