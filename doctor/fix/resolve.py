@@ -26,6 +26,7 @@ dependency of attn-doctor (pyproject.toml).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from packaging.markers import UndefinedEnvironmentName
@@ -95,6 +96,7 @@ class Resolution:
     forced: Tuple[str, ...] = ()
 
 
+@lru_cache(maxsize=16384)
 def _ver(text: str) -> Optional[Version]:
     try:
         return Version(text)
@@ -191,9 +193,8 @@ class _Meta:
                 lines = [f"{k}{v}" for k, v in r.requires.items()]
         out: List[Req] = []
         for line in lines:
-            try:
-                req = Requirement(line)
-            except InvalidRequirement:
+            req = _requirement(line)
+            if req is None:
                 continue
             if extras:
                 wanted = False
@@ -225,6 +226,16 @@ class _Meta:
         if extras:
             out.append(Req(name, SpecifierSet(f"=={version}"), frozenset(), parent, f"{name}=={version}"))
         return out
+
+
+@lru_cache(maxsize=8192)
+def _requirement(line: str) -> Optional[Requirement]:
+    """A Requires-Dist line, parsed once per process (read only: the resolver re-reads the same
+    releases' lines for every fix it checks)."""
+    try:
+        return Requirement(line)
+    except InvalidRequirement:
+        return None
 
 
 def _id(x: Any) -> str:
