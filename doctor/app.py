@@ -276,7 +276,7 @@ def check(
 ) -> Report:
     """Backends, findings with verified fixes, and (when given) the kernels' verdicts."""
     from doctor.fix.recheck import verified_fixes
-    from doctor.rules.evaluate import diagnose
+    from doctor.rules.evaluate import diagnose, order_by_stage
 
     if diagnosis is None:
         diagnosis = diagnose(inputs.catalogue, inputs.facts, inputs.workload)
@@ -288,7 +288,8 @@ def check(
         facts=inputs.facts,
         workload=inputs.workload,
         backends=diagnosis.backends,
-        findings=contract + findings,
+        # a start-up refusal that stops the run at import goes before the rule findings behind it
+        findings=tuple(order_by_stage(list(contract + findings))) if any(f.stage for f in startup) else contract + findings,
         kernels_skipped=kernels_skipped,
         assumed=tuple(str(p) for p in inputs.pins) + tuple(f"{k}={v}" if v is not None else f"unset {k}" for k, v in inputs.env_changes),
         rule_results=tuple((r.rule_id, r.status) for r in diagnosis.results) + contract_results,

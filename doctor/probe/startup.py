@@ -43,11 +43,14 @@ class StartupCheck:
     sources: Tuple[str, ...]
     path: str
     line: int
+    # the workload framework id (`workload.framework`) whose run the check stops at import: there
+    # the finding is ordered before every later-stage one (doctor.rules.evaluate.order_by_stage)
+    framework: Optional[str] = None
 
 
 def _check(r: _Reader, node: _Node) -> StartupCheck:
     m = r.mapping(node, "check", ["id", "name", "title", "dist", "module", "file", "function", "calls", "runs", "sources"],
-                  ["skip_env", "skip_values", "skip_values_from"])
+                  ["skip_env", "skip_values", "skip_values_from", "framework"])
     cid = r.text(m["id"], "id")
     if not _ID.match(cid):
         raise r.fail(m["id"], f"check id {cid!r}: use lower-case letters, digits and dashes")
@@ -70,6 +73,7 @@ def _check(r: _Reader, node: _Node) -> StartupCheck:
         function=r.text(m["function"], f"{where}.function"), calls=r.texts(m["calls"], f"{where}.calls"),
         skip_env=skip_env, skip_values=skip_values, skip_values_from=skip_from, runs=" ".join(r.text(m["runs"], f"{where}.runs").split()),
         sources=sources, path=r.path, line=node.line,
+        framework=r.text(m["framework"], f"{where}.framework") if "framework" in m else None,
     )
 
 

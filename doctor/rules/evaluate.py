@@ -300,7 +300,7 @@ def rendered_fixes(fixes: Sequence[Fix], ctx: Context) -> Tuple[Fix, ...]:
     )
 
 
-def _order_by_stage(findings: List[Finding]) -> List[Finding]:
+def order_by_stage(findings: List[Finding]) -> List[Finding]:
     """Each fired finding with a stage is `behind` every fired error at an earlier stage: that
     error stops the run first, and this one is reached once it is fixed. Findings without a
     stage are not ordered (they must read or list alongside the errors they fire with)."""
@@ -359,7 +359,7 @@ def diagnose(cat: Catalogue, facts: Facts, workload: Workload) -> Diagnosis:
                 stage=rule.stage,
             )
         )
-    findings = _order_by_stage(findings)
+    findings = order_by_stage(findings)
     findings.sort(key=lambda f: (f.status != "fired", f.severity.rank, STAGE_RANK.get(f.stage or "", len(STAGE_RANK)), f.rule_id))
     return Diagnosis(
         backends=tuple(statuses.values()),

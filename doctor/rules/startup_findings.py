@@ -157,7 +157,11 @@ def startup_findings(facts: Facts, checks: Sequence[Any], cat: Any = None, workl
             + (f"\n{check.skip_env}={check.skip_values[-1]} skips these checks." if skippable else "")
         )
         fixes = _recheck(_fixes(check, name, version, unmet, skippable), facts, check, mine, cat, workload, diagnosis, values)
-        findings.append(Finding(rid, Severity.ERROR, title, message, "fired", fixes, check.sources, (), check.dist))
+        # run as the workload's framework, the check raises while its CLI imports (STARTUP-* then
+        # stops the run before any rule finding with a later stage)
+        runs_it = workload is not None and check.framework is not None and workload.framework == check.framework
+        findings.append(Finding(rid, Severity.ERROR, title, message, "fired", fixes, check.sources, (), check.dist,
+                                stage="import" if runs_it else None))
         results.append((rid, "fired"))
     return tuple(findings), tuple(results)
 

@@ -372,3 +372,32 @@ def test_a_requirement_require_version_refuses_stops_the_start(requirement: str,
 def test_a_space_after_the_operator_is_read_as_require_version_reads_it(tmp_path: Path) -> None:
     report = _check(_startup_snapshot("transformers>= 4.41.2"), tmp_path)
     assert _finding(report) is None and (RULE, "passed") in report.rule_results
+
+
+def test_run_as_that_framework_the_refusal_comes_before_later_failures(lf092: Path, tmp_path: Path) -> None:
+    """`llamafactory-cli train` stops at import on LLaMA-Factory 0.9.2's check (transformers 4.48.0 is
+    excluded): a finding that shows later in the run (a model-load or step failure) is listed behind
+    it. With no framework stated, llamafactory is only installed and nothing is ordered behind it."""
+    from doctor.app import Inputs, check
+    from doctor.rules.loader import load_catalogue
+    from doctor.workload import default_workload, load_workload_file
+
+    _dist(lf092, "transformers", "4.48.0")
+    _dist(lf092, "torch", "2.5.1")
+    path = tmp_path / "snap.json"
+    path.write_text(json.dumps(_probe(lf092)))
+    facts = facts_from_snapshot(load_snapshot(path))
+    def staged(framework: Any) -> Dict[str, Any]:
+        wl_doc = {"attn_implementation": "sdpa", "model_type": "qwen2", "window_size": [4095, 0], "seq_len": 8192}
+        wl_path = tmp_path / "wl.json"
+        wl_path.write_text(json.dumps({**wl_doc, **({"framework": framework} if framework else {})}))
+        wl = load_workload_file(wl_path, default_workload())
+        report = check(Inputs(facts=facts, workload=wl, catalogue=load_catalogue()))
+        return {f.rule_id: f for f in report.findings if f.status == "fired"}
+
+    got = staged("llamafactory")
+    assert got[RULE].stage == "import"
+    later = [f for f in got.values() if f.stage and f.stage != "import"]
+    assert later and all(RULE in f.behind for f in later), [(f.rule_id, f.stage, f.behind) for f in got.values()]
+    got = staged(None)
+    assert got[RULE].stage is None and not any(RULE in f.behind for f in got.values())
