@@ -396,6 +396,11 @@ class Workload:
     window_size: Optional[Tuple[int, int]] = None
     softcap: float = 0.0
     alibi: bool = False
+    # the ALiBi slopes are the caller's own: TransformerEngine's DotProductAttention.forward(
+    # alibi_slopes=...) given a tensor (TE then hands FusedAttention a post_scale_bias, not the
+    # bias type alibi); read only together with alibi: true; None: not stated, read as TE's own
+    # default slopes (no probe or config reader sets it)
+    alibi_custom_slopes: Optional[bool] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
     dropout: float = 0.0
     qkv_format: str = "bshd"
     qkv_packed: bool = False
@@ -807,7 +812,7 @@ WORKLOAD_DERIVED = (
 )
 # workload fields whose None means "not known" rather than a value a rule can compare with:
 # a rule that reads one is then not evaluated (the others' None means "not stated", a value)
-WORKLOAD_UNKNOWN_WHEN_NONE = ("vision_tower", "qkv_weight_interleaved", "use_cache", "gradient_checkpointing", "model_compile", "static_cache", "finetune", "softmax_type")
+WORKLOAD_UNKNOWN_WHEN_NONE = ("alibi_custom_slopes", "vision_tower", "qkv_weight_interleaved", "use_cache", "gradient_checkpointing", "model_compile", "static_cache", "finetune", "softmax_type")
 
 # --------------------------------------------------------------------------- rule results
 

@@ -50,6 +50,7 @@ KEYS = (
     "window_size",
     "softcap",
     "alibi",
+    "alibi_custom_slopes",
     "dropout",
     "qkv_format",
     "qkv_packed",
@@ -89,7 +90,7 @@ KEYS = (
 # A workload key whose command-line flag has another name: `--distributed` is check's own option
 # (run on every rank), so the parallelism strategy (fsdp, deepspeed, megatron, ...) is `--strategy`
 FLAG_NAMES = {"distributed": "strategy"}
-BOOL_KEYS = ("alibi", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "paged_kv_cache", "sdpa_fa3", "pad_between_seqs", "xformers", "vision_tower", "qkv_weight_interleaved", "use_cache", "deterministic_flash_attn", "gradient_checkpointing", "model_compile", "static_cache")
+BOOL_KEYS = ("alibi", "alibi_custom_slopes", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "paged_kv_cache", "sdpa_fa3", "pad_between_seqs", "xformers", "vision_tower", "qkv_weight_interleaved", "use_cache", "deterministic_flash_attn", "gradient_checkpointing", "model_compile", "static_cache")
 
 _DTYPE_ALIASES = {
     "float16": "fp16",

@@ -316,6 +316,33 @@ def test_static_cache_is_a_workload_value_unknown_when_not_stated(tmp_path: Path
     assert resolve_workload(workload_file=f, flags=parse_workload_flags(["--no-static-cache"])).static_cache is False
 
 
+def test_alibi_custom_slopes_is_a_workload_value_unknown_when_not_stated(tmp_path: Path) -> None:
+    # sample-36 row 6: DotProductAttention.forward(alibi_slopes=...) makes TE 1.9 hand
+    # FusedAttention a post_scale_bias, which its context-parallel assert on "alibi" lets through
+    # (TE-FLASH-CP-ALIBI-ASSERT-TE1, TE-FUSED-CP-ALIBI-ASSERT-TE1 read workload.alibi_custom_slopes);
+    # not stated it is unknown, and those rules read it as TE's own slopes
+    from doctor.model import WORKLOAD_UNKNOWN_WHEN_NONE
+    from doctor.rules.cases import case_inputs
+    from doctor.rules.evaluate import diagnose
+    from doctor.rules.loader import load_catalogue
+
+    assert "alibi_custom_slopes" in BOOL_KEYS
+    assert resolve_workload().alibi_custom_slopes is None and "alibi_custom_slopes" in WORKLOAD_UNKNOWN_WHEN_NONE
+    f = tmp_path / "w.yaml"
+    f.write_text("alibi: true\nalibi_custom_slopes: true\n")
+    w = resolve_workload(workload_file=f)
+    assert w.alibi_custom_slopes is True and "alibi_custom_slopes" not in w.defaulted
+    assert resolve_workload(workload_file=f, flags=parse_workload_flags(["--no-alibi-custom-slopes"])).alibi_custom_slopes is False
+
+    cat = load_catalogue(use_cache=False)
+    base = {"packages": {"transformer-engine": "1.9.0", "flash-attn": "2.5.8"}, "gpu": "9.0", "cudnn": {"version": "9.1.0"}}
+    wl = {"alibi": True, "mask": "no_mask", "context_parallel": {"size": 2, "comm_type": "p2p"}}
+    for custom, want in ((None, "fired"), (False, "fired"), (True, "passed")):
+        case = dict(base, workload=dict(wl, **({} if custom is None else {"alibi_custom_slopes": custom})))
+        facts, workload = case_inputs(case)
+        assert diagnose(cat, facts, workload).result("TE-FLASH-CP-ALIBI-ASSERT-TE1").status == want, custom
+
+
 def test_bad_finetune_names_the_file_and_line(tmp_path: Path) -> None:
     f = tmp_path / "w.yaml"
     f.write_text("dtype: bf16\nfinetune: prefix\n")
