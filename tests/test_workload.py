@@ -10,6 +10,7 @@ import pytest
 
 from doctor.commands.options import parse_workload_flags
 from doctor.errors import InputError
+from doctor.model import WORKLOAD_UNKNOWN_WHEN_NONE
 from doctor.workload import BOOL_KEYS, resolve_workload, workload_from_model
 
 
@@ -302,37 +303,29 @@ def test_finetune_is_a_workload_value_unknown_when_not_stated(tmp_path: Path) ->
     assert resolve_workload(workload_file=f, flags=parse_workload_flags(["--finetune", "full"])).finetune == "full"
 
 
-def test_static_cache_is_a_workload_value_unknown_when_not_stated(tmp_path: Path) -> None:
-    # sample-34 row 17: a compilable KV cache (StaticCache, cache_implementation="static") makes
-    # transformers hand SDPA a mask tensor (SDPA-FLASH-ATTN-MASK reads workload.static_cache);
-    # not stated it is unknown, not "dynamic"
-    from doctor.model import WORKLOAD_UNKNOWN_WHEN_NONE
-
-    assert resolve_workload().static_cache is None and "static_cache" in WORKLOAD_UNKNOWN_WHEN_NONE
+@pytest.mark.parametrize("key", [k for k in BOOL_KEYS if k in WORKLOAD_UNKNOWN_WHEN_NONE])
+def test_a_boolean_key_unknown_when_not_stated(tmp_path: Path, key: str) -> None:
+    # e.g. static_cache (sample-34 row 17: a compilable KV cache makes transformers hand SDPA a
+    # mask, SDPA-FLASH-ATTN-MASK), alibi_custom_slopes (sample-36 row 6: the caller's own ALiBi
+    # slopes reach TE 1.9's FusedAttention as a bias): a rule reading one of these is not decided
+    # on a guess, so not stated means unknown, not false; a file states it; a --no- flag wins
+    assert getattr(resolve_workload(), key) is None
     f = tmp_path / "w.yaml"
-    f.write_text("framework: transformers\nkv_cache: true\nstatic_cache: true\n")
+    f.write_text(f"{key}: true\n")
     w = resolve_workload(workload_file=f)
-    assert w.static_cache is True and "static_cache" not in w.defaulted
-    assert resolve_workload(workload_file=f, flags=parse_workload_flags(["--no-static-cache"])).static_cache is False
+    assert getattr(w, key) is True and key not in w.defaulted
+    flag = key.replace("_", "-")
+    assert getattr(resolve_workload(workload_file=f, flags=parse_workload_flags([f"--no-{flag}"])), key) is False
 
 
-def test_alibi_custom_slopes_is_a_workload_value_unknown_when_not_stated(tmp_path: Path) -> None:
+def test_alibi_custom_slopes_decide_te_1_9_s_context_parallel_alibi_assert() -> None:
     # sample-36 row 6: DotProductAttention.forward(alibi_slopes=...) makes TE 1.9 hand
     # FusedAttention a post_scale_bias, which its context-parallel assert on "alibi" lets through
     # (TE-FLASH-CP-ALIBI-ASSERT-TE1, TE-FUSED-CP-ALIBI-ASSERT-TE1 read workload.alibi_custom_slopes);
-    # not stated it is unknown, and those rules read it as TE's own slopes
-    from doctor.model import WORKLOAD_UNKNOWN_WHEN_NONE
+    # not stated, those rules read it as TE's own slopes
     from doctor.rules.cases import case_inputs
     from doctor.rules.evaluate import diagnose
     from doctor.rules.loader import load_catalogue
-
-    assert "alibi_custom_slopes" in BOOL_KEYS
-    assert resolve_workload().alibi_custom_slopes is None and "alibi_custom_slopes" in WORKLOAD_UNKNOWN_WHEN_NONE
-    f = tmp_path / "w.yaml"
-    f.write_text("alibi: true\nalibi_custom_slopes: true\n")
-    w = resolve_workload(workload_file=f)
-    assert w.alibi_custom_slopes is True and "alibi_custom_slopes" not in w.defaulted
-    assert resolve_workload(workload_file=f, flags=parse_workload_flags(["--no-alibi-custom-slopes"])).alibi_custom_slopes is False
 
     cat = load_catalogue(use_cache=False)
     base = {"packages": {"transformer-engine": "1.9.0", "flash-attn": "2.5.8"}, "gpu": "9.0", "cudnn": {"version": "9.1.0"}}
