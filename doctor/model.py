@@ -600,6 +600,10 @@ class Workload:
     def q_longer_than_kv(self) -> bool:
         return self.seq_len_q > self.seq_len_kv
 
+    @property
+    def kv_longer_than_q(self) -> bool:
+        return self.seq_len_kv > self.seq_len_q
+
     # Sequence parallelism splits heads (Ulysses all-to-all) and the sequence over cp_size ranks.
     @property
     def cp_heads_divisible(self) -> bool:
@@ -782,6 +786,7 @@ WORKLOAD_DERIVED = (
     "causal",
     "padding",
     "q_longer_than_kv",
+    "kv_longer_than_q",
     "cp_heads_divisible",
     "cp_kv_heads_divisible",
     "cp_heads_below_size",
