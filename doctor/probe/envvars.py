@@ -28,6 +28,7 @@ PREFIXES = (
     "HUGGING_FACE_",
     "TRANSFORMERS_",
     "ACCELERATE_",
+    "PARALLELISM_CONFIG_",  # accelerate 1.10+ reads ParallelismConfig from these (ACCEL-SP-ATTN-IMPLEMENTATION-REFUSED)
     "TRITON_",
     "CUTE_DSL_",
     "XTUNER_",
