@@ -422,6 +422,9 @@ class Workload:
     attn_implementation: Optional[str] = None
     framework: Optional[str] = None  # who dispatches attention; None: not stated
     model_type: Optional[str] = None  # config.json model_type (qwen2, llama, ...)
+    # config.json text_config.model_type: the family of a wrapper's language model (qwen2 inside
+    # llava); None: no text_config read and not stated
+    text_model_type: Optional[str] = None
     # the model has a vision tower: its config.json has a `visual` (Qwen-VL) or `vision_config`
     # section; None: not known (no config.json read and not stated)
     vision_tower: Optional[bool] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE

@@ -70,6 +70,7 @@ KEYS = (
     "attn_implementation",
     "framework",
     "model_type",
+    "text_model_type",
     "unused_sliding_window",
     "vision_tower",
     "qkv_weight_interleaved",
@@ -202,11 +203,11 @@ def build(
             if n not in (2, 3, 4):
                 raise _bad(key, value, "expected 2, 3 or 4 (Megatron-Core's --flash-attention-version)", path, line)
             out[key] = n
-        elif key == "model_type":
+        elif key in ("model_type", "text_model_type"):
             text = str(value).strip()
             if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", text):
                 raise _bad(key, value, "expected a config.json model_type such as qwen2 or llama", path, line)
-            out["model_type"] = text.lower()
+            out[key] = text.lower()
         elif key == "head_dim":
             out["head_dim_qk"] = out["head_dim_v"] = _int(key, value, path, line)
         elif key == "seq_len":
@@ -430,6 +431,11 @@ def _model_keys(cfg: Mapping[str, Any], where: str, overridden: Tuple[str, ...] 
             raise bad(dtype_key, dtype, "not a dtype attention runs in (bfloat16, float16, float32, float8_*); pass --dtype")
     if isinstance(cfg.get("model_type"), str) and re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", cfg["model_type"]):
         out["model_type"] = cfg["model_type"]  # the outer model's family, not its text_config's
+    # a wrapper's language model (LLaVA, Qwen2-Audio, ...) is built from its text_config, whose own
+    # model_type says which family's attention and mask code runs (qwen2 inside llava)
+    text_type = text_cfg.get("model_type") if isinstance(text_cfg, dict) else None
+    if isinstance(text_type, str) and re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", text_type):
+        out["text_model_type"] = text_type.lower()
     # a vision tower (Qwen-VL's `visual`, the `vision_config` of InternVL, LLaVA, ...): Qwen-VL
     # shares model_type qwen with Qwen-1 text and Qwen-Audio, whose remote code differs
     out["vision_tower"] = any(isinstance(cfg.get(k), dict) for k in ("visual", "vision_config"))

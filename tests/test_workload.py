@@ -220,6 +220,23 @@ def test_vision_tower_from_model_config(tmp_path: Path, extra: dict, tower: bool
     assert resolve_workload().vision_tower is None  # not read, not stated: unknown
 
 
+def test_text_model_type_from_a_wrapper_config(tmp_path: Path) -> None:
+    """A LLaVA config with a Qwen2 text_config: the outer family stays llava, the language model's
+    family (whose attention and mask code runs) is read as text_model_type and can be stated."""
+    cfg = {"model_type": "llava", "text_config": {"model_type": "qwen2", "hidden_size": 896, "num_attention_heads": 14, "num_key_value_heads": 2}, "vision_config": {"hidden_size": 1152}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    wl = resolve_workload(model=tmp_path)
+    assert (wl.model_type, wl.text_model_type, wl.num_heads, wl.num_kv_heads) == ("llava", "qwen2", 14, 2)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", "hidden_size": 896, "num_attention_heads": 14}))
+    assert resolve_workload(model=tmp_path).text_model_type is None
+    wf = tmp_path / "w.yaml"
+    wf.write_text("model_type: llava\ntext_model_type: Qwen2\n")
+    assert resolve_workload(workload_file=wf).text_model_type == "qwen2"
+    wf.write_text("text_model_type: 'qwen 2'\n")
+    with pytest.raises(InputError, match="text_model_type"):
+        resolve_workload(workload_file=wf)
+
+
 def test_distributed_megatron_is_a_workload_value(tmp_path: Path) -> None:
     # verl's Megatron workers do not load verl's Qwen-VL patch modules (VERL-QWEN-VL-GLM4V-TRANSFORMERS-5-4)
     path = tmp_path / "w.yaml"
