@@ -87,6 +87,15 @@ def render(template: str, ctx: Context) -> str:
         if func == "selected":
             sel = ctx.selections.get(arg)
             return ctx.backends[sel].name if sel else "none"
+        if func == "first":  # the first of several facts that has a value (an error read at one of two imports)
+            for alt in arg.split("|"):
+                try:
+                    got = ctx.value(alt.strip())
+                except (KeyError, AttributeError):
+                    continue
+                if got.known and got.value not in (None, ""):
+                    return str(got.value)
+            return "unknown"
         if path is None:
             return m.group(0)
         try:

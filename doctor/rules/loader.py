@@ -290,7 +290,7 @@ def _check_semantics(path: Path, doc: Mapping[str, Any], named_only: bool = Fals
     if named_only:
         return
     placeholder = re.compile(r"\{([a-z_]+):([^{}]+)\}|\{([A-Za-z0-9_.\-]+)\}")
-    unclosed = re.compile(r"\{[A-Za-z_][A-Za-z0-9_.\-]*(?::[^{}\s]*)?(?=[^A-Za-z0-9_.\-:}]|$)")
+    unclosed = re.compile(r"\{[A-Za-z_][A-Za-z0-9_.\-]*(?::[^{}\s]*)?(?=[^A-Za-z0-9_.\-:}|]|$)")
     for i, rule in enumerate(doc.get("rules", ()) or ()):
         walk(rule.get("when"), ["rules", i, "when"], finding=not rule.get("disables"))
         check_evidence(rule, i)
@@ -307,8 +307,12 @@ def _check_semantics(path: Path, doc: Mapping[str, Any], named_only: bool = Fals
                 raise _fail(path, doc, ["rules", i], f"unclosed placeholder {broken.group(0)!r}", hint="close it with `}`, e.g. {package.torch}")
             for m in placeholder.finditer(str(text)):
                 func, path_ = m.group(1), m.group(3)
-                if func is not None and func not in ("reasons", "selected"):
-                    raise _fail(path, doc, ["rules", i], f"unknown placeholder function {{{func}:...}}", hint="use {reasons:FRAMEWORK} or {selected:FRAMEWORK}")
+                if func is not None and func not in ("reasons", "selected", "first"):
+                    raise _fail(path, doc, ["rules", i], f"unknown placeholder function {{{func}:...}}", hint="use {reasons:FRAMEWORK}, {selected:FRAMEWORK} or {first:FACT|FACT}")
+                if func == "first":
+                    for alt in m.group(2).split("|"):
+                        if not is_known_fact_path(alt.strip()):
+                            raise _fail(path, doc, ["rules", i], f"unknown fact {alt.strip()!r} in {{first:...}}", hint="see docs/rules.md for fact names")
                 if path_ is not None and not is_known_fact_path(path_):
                     raise _fail(path, doc, ["rules", i], f"unknown fact in placeholder {{{path_}}}", hint="see docs/rules.md for fact names")
         fixes = rule.get("fixes", ()) or ()

@@ -374,3 +374,16 @@ def test_compare_plain_reads_a_version_as_a_frameworks_own_check_does(version: s
     c = ctx({"packages": {"peft": version}})
     assert evaluate({"package": "peft", "version": spec}, c).value is pep440
     assert evaluate({"package": "peft", "version": spec, "compare": "plain"}, c).value is plain
+
+
+def test_first_placeholder_shows_the_import_that_failed() -> None:
+    """{first:A|B} renders the first of the facts that has a value: the error of whichever of
+    TE's two imports failed, not "none none"."""
+    from doctor.rules.evaluate import render
+
+    tmpl = "fails: {first:imports.transformer_engine.error|imports.transformer_engine.pytorch.error}"
+    c = ctx({"imports": {"transformer_engine": {"status": "ok"}, "transformer_engine.pytorch": {"status": "error", "error": "ImportError: undefined symbol"}}})
+    assert render(tmpl, c) == "fails: ImportError: undefined symbol"
+    c = ctx({"imports": {"transformer_engine": {"status": "error", "error": "OSError: libcudnn_adv.so.9"}}})
+    assert render(tmpl, c) == "fails: OSError: libcudnn_adv.so.9"
+    assert render(tmpl, ctx({})) == "fails: unknown"

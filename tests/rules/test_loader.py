@@ -121,6 +121,7 @@ def test_a_moved_cache_folder_does_not_reread_the_same_files(tmp_path: Path, mon
         (lambda s: s.replace("message: m", "message: '{reasons:no-such-fw}'"), "unknown framework 'no-such-fw'"),
         (lambda s: s.replace("message: m", "message: breaks from {package.transformer-engine on"), "unclosed placeholder '{package.transformer-engine'"),
         (lambda s: s.replace("message: m", "message: 'breaks on {package.torch'"), "unclosed placeholder '{package.torch'"),
+        (lambda s: s.replace("message: m", "message: 'fails: {first:imports.flash_attn.error|gpu.smm}'"), "unknown fact 'gpu.smm' in {first:...}"),
         (lambda s: s.replace("severity: warning", "severity: warning\n    silent_wrong_results: true"), "must be an error"),
         (lambda s: s.replace("    title: t\n", "    title: t\n    ? [a, b]\n    : 1\n"), "plain scalars"),
     ],
