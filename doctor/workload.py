@@ -87,6 +87,9 @@ KEYS = (
     "softmax_type",
 )
 
+# a config.json model_type (the outer model's, or its text_config's)
+_MODEL_TYPE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
 # The boolean keys: in a workload file as true/false, on the command line as --KEY / --no-KEY.
 # A workload key whose command-line flag has another name: `--distributed` is check's own option
 # (run on every rank), so the parallelism strategy (fsdp, deepspeed, megatron, ...) is `--strategy`
@@ -205,7 +208,7 @@ def build(
             out[key] = n
         elif key in ("model_type", "text_model_type"):
             text = str(value).strip()
-            if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", text):
+            if not _MODEL_TYPE.fullmatch(text):
                 raise _bad(key, value, "expected a config.json model_type such as qwen2 or llama", path, line)
             out[key] = text.lower()
         elif key == "head_dim":
@@ -429,12 +432,12 @@ def _model_keys(cfg: Mapping[str, Any], where: str, overridden: Tuple[str, ...] 
             out["dtype"] = _MODEL_DTYPES[name]
         elif name != "auto":
             raise bad(dtype_key, dtype, "not a dtype attention runs in (bfloat16, float16, float32, float8_*); pass --dtype")
-    if isinstance(cfg.get("model_type"), str) and re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", cfg["model_type"]):
+    if isinstance(cfg.get("model_type"), str) and _MODEL_TYPE.fullmatch(cfg["model_type"]):
         out["model_type"] = cfg["model_type"]  # the outer model's family, not its text_config's
     # a wrapper's language model (LLaVA, Qwen2-Audio, ...) is built from its text_config, whose own
     # model_type says which family's attention and mask code runs (qwen2 inside llava)
     text_type = text_cfg.get("model_type") if isinstance(text_cfg, dict) else None
-    if isinstance(text_type, str) and re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", text_type):
+    if isinstance(text_type, str) and _MODEL_TYPE.fullmatch(text_type):
         out["text_model_type"] = text_type.lower()
     # a vision tower (Qwen-VL's `visual`, the `vision_config` of InternVL, LLaVA, ...): Qwen-VL
     # shares model_type qwen with Qwen-1 text and Qwen-Audio, whose remote code differs
