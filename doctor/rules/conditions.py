@@ -647,6 +647,15 @@ def _evaluate_leaf(cond: Mapping[str, Any], ctx: Context) -> Outcome:
                 return FALSE
             if st.undecided:  # another of its rules could not be decided: it may keep B out too
                 return Outcome(None, tuple(f"backend {st.id}: {u}" for u in st.undecided))
+        if "out_for" in cond:
+            # out, and one of these rules is among those that put it out (other reasons may add to it)
+            if set(st.rule_ids) & set(cond["out_for"]):
+                pass
+            elif st.available is None or st.undecided:
+                why = st.undecided or st.reasons
+                return Outcome(None, tuple(f"backend {st.id}: {u}" for u in why))
+            else:
+                return FALSE
         if "selected" in cond:
             # a TE backend is "selected" only where TE's attention is on the stated path (path.te_attention);
             # a flash-attn one only where code may call flash-attn itself (path.flash_attn_direct):
@@ -705,6 +714,8 @@ def describe(cond: Any) -> str:
         return f"{subject} {'installed' if cond['installed'] else 'not installed'}"
     if "is_set" in cond:
         return f"{subject} {'set' if cond['is_set'] else 'not set'}"
+    if "out_for" in cond:
+        return f"{subject} out for {' or '.join(cond['out_for'])}"
     if "available_but_for" in cond:
         return f"{subject} out only for {', '.join(cond['available_but_for'])}"
     for key in ("available", "selected", "has_backend"):

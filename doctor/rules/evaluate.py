@@ -77,7 +77,10 @@ def render_workload(changes: Mapping[str, Any], ctx: Context) -> Dict[str, Any]:
 def render(template: str, ctx: Context) -> str:
     def sub(m: "re.Match[str]") -> str:
         func, arg, path = m.group(1), m.group(2), m.group(3)
-        if func == "reasons":  # every backend of a framework with why it is out
+        if func == "reasons":  # every backend of a framework with why it is out, or one backend's reasons
+            one = ctx.backends.get(arg)
+            if one is not None:
+                return "; ".join(one.reasons) or "available"
             parts = [
                 f"\n  - {b.name}: {'; '.join(b.reasons) or 'available'}"
                 for b in ctx.backends.values()

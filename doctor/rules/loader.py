@@ -308,7 +308,7 @@ def _check_semantics(path: Path, doc: Mapping[str, Any], named_only: bool = Fals
             for m in placeholder.finditer(str(text)):
                 func, path_ = m.group(1), m.group(3)
                 if func is not None and func not in ("reasons", "selected", "first"):
-                    raise _fail(path, doc, ["rules", i], f"unknown placeholder function {{{func}:...}}", hint="use {reasons:FRAMEWORK}, {selected:FRAMEWORK} or {first:FACT|FACT}")
+                    raise _fail(path, doc, ["rules", i], f"unknown placeholder function {{{func}:...}}", hint="use {reasons:FRAMEWORK}, {reasons:BACKEND}, {selected:FRAMEWORK} or {first:FACT|FACT}")
                 if func == "first":
                     for alt in m.group(2).split("|"):
                         if not is_known_fact_path(alt.strip()):
@@ -698,9 +698,9 @@ def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule], com
     member_of = {m.id: b.id for fw in frameworks for b in fw.backends for m in b.members}
     disables_of = {r.id: r.disables for r in rules if r.disables}
     for r in rules:
-        for fw_ref in re.findall(r"\{(?:reasons|selected):([^{}]+)\}", r.title + " " + r.message):
-            if fw_ref not in fw_ids:
-                raise RuleError(f"rule {r.id}: placeholder names unknown framework {fw_ref!r}", path=r.path, line=r.line, hint="known: " + ", ".join(sorted(fw_ids)))
+        for func, fw_ref in re.findall(r"\{(reasons|selected):([^{}]+)\}", r.title + " " + r.message):
+            if fw_ref not in fw_ids and not (func == "reasons" and fw_ref in backend_ids):
+                raise RuleError(f"rule {r.id}: placeholder names unknown framework {fw_ref!r}", path=r.path, line=r.line, hint="known: " + ", ".join(sorted(fw_ids)) + " ({reasons:} also takes a backend id)")
         if r.disables and r.disables not in backend_ids:
             raise RuleError(
                 f"rule {r.id}: disables unknown backend {r.disables!r}",
@@ -733,10 +733,10 @@ def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule], com
         # `available_but_for` names rules that disable that very backend
         for cond in [r.when, *(f.when for f in r.fixes if f.when is not None)]:
             for bid, leaf in leaves(cond):
-                for rid in leaf.get("available_but_for", ()):
+                for rid, key in [(x, "available_but_for") for x in leaf.get("available_but_for", ())] + [(x, "out_for") for x in leaf.get("out_for", ())]:
                     if disables_of.get(rid) != bid:
                         raise RuleError(
-                            f"rule {r.id}: available_but_for names {rid!r}, which is not a rule that disables {bid!r}",
+                            f"rule {r.id}: {key} names {rid!r}, which is not a rule that disables {bid!r}",
                             path=r.path,
                             line=r.line,
                         )

@@ -74,8 +74,11 @@ CONDITION: Dict[str, Any] = {
         ),
         # `available_but_for: [RULE-ID, ...]`: the backend is out, and only these of its rules put
         # it out (a fix that undoes them, such as an env variable, then makes it available)
+        # `out_for: [RULE-ID, ...]`: the backend is out, and at least one of these rules is among
+        # those that put it out (a caller that runs the kernel anyway hits that refusal)
         _leaf("backend", {"available": {"type": "boolean"}, "selected": {"type": "boolean"},
-                          "available_but_for": {"type": "array", "items": {"type": "string"}, "minItems": 1}}),
+                          "available_but_for": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                          "out_for": {"type": "array", "items": {"type": "string"}, "minItems": 1}}),
         _leaf("framework", {"has_backend": {"type": "boolean"}, "selects": {"type": "string"}}),
         # another finding's verdict (finding rules only): `{finding: FA-IMPORT-FAILS, fired: false}` --
         # this failure happens only where that one does not stop the run first

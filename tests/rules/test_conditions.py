@@ -387,3 +387,20 @@ def test_first_placeholder_shows_the_import_that_failed() -> None:
     c = ctx({"imports": {"transformer_engine": {"status": "error", "error": "OSError: libcudnn_adv.so.9"}}})
     assert render(tmpl, c) == "fails: OSError: libcudnn_adv.so.9"
     assert render(tmpl, ctx({})) == "fails: unknown"
+
+
+def test_reasons_placeholder_takes_one_backend() -> None:
+    """{reasons:BACKEND} renders only that backend's reasons (FlashAttention-4's head-dim refusal),
+    not every backend of its framework, so a message about one kernel names only that kernel."""
+    from doctor.rules.cases import case_inputs
+    from doctor.rules.evaluate import diagnose, render
+    from doctor.rules.loader import load_catalogue
+
+    facts, workload = case_inputs({"packages": {"flash-attn-4": "4.0.0b27", "flash-attn": "2.8.3", "torch": "2.9.1"},
+                                   "torch": {"version": "2.9.1+cu128", "cuda": "12.8"}, "gpu": "10.0",
+                                   "workload": {"head_dim": 192}})
+    c = diagnose(load_catalogue(), facts, workload).context(facts, workload)
+    one = render("{reasons:flash_attn.fa4}", c)
+    assert "flash-attn-4 4.0.0b27" in one and "head_dim_qk=192" in one
+    assert "FlashAttention-2" not in one and not one.startswith("\n")
+    assert "FlashAttention-2 (flash-attn)" in render("{reasons:flash-attn}", c)
