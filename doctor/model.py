@@ -203,9 +203,15 @@ def driver_behind(torch_cuda: Optional[str], driver_cuda: Optional[str]) -> Opti
 TE_DISTS = ("transformer-engine", "transformer-engine-torch", "transformer-engine-cu12", "transformer-engine-cu13")
 
 
+# PyPI's empty placeholders (transformer-engine 0.0.0, transformer-engine-cu12 0.0.0: metadata
+# only, no transformer_engine package; rules/conditions.yaml te_pypi_placeholder)
+TE_PLACEHOLDER_VERSION = "0.0.0"
+
+
 def installed_te(packages: Mapping[str, str]) -> Optional[str]:
-    """The installed TransformerEngine version, read from the first of TE_DISTS present."""
-    return next((packages[d] for d in TE_DISTS if packages.get(d)), None)
+    """The installed TransformerEngine version, read from the first of TE_DISTS present that is
+    not PyPI's empty 0.0.0 placeholder (which installs no TransformerEngine)."""
+    return next((packages[d] for d in TE_DISTS if packages.get(d) and packages[d] != TE_PLACEHOLDER_VERSION), None)
 
 
 FP8_RECIPES = ("delayed", "current", "mxfp8", "block", "nvfp4")  # TE recipes: DelayedScaling, Float8CurrentScaling, ...

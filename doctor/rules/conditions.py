@@ -29,6 +29,8 @@ from doctor.model import (
     Facts,
     TorchInfo,
     Workload,
+    TE_DISTS,
+    TE_PLACEHOLDER_VERSION,
     TEGRA_SMS,
     arch_runs_on,
     driver_behind,
@@ -59,7 +61,7 @@ FACT_PATHS = frozenset(
     + [f"cudnn.{f.name}" for f in fields(CudnnInfo) if f.name != "search"]  # search: read by te.cudnn_*
     + ["cudnn.installed_is_bundled", "cudnn.loaded_incompatible", "cuda.driver_behind", "torch.arch_runs_gpu", "torch.arch_list_probed"]
     + ["flash_attn.arch_runs_gpu", "flash_attn.archs_probed"]
-    + ["te.fp8_recipe", "te.fp8_attention", "te.cudnn_first_2_4", "te.cudnn_first_2_11", "te.cudnn_file"]
+    + ["te.fp8_recipe", "te.fp8_attention", "te.cudnn_first_2_4", "te.cudnn_first_2_11", "te.cudnn_file", "te.pypi_placeholder"]
     + ["flash_attn.build"]
     + ["gpu.sm", "gpu.sm_max", "gpu.name", "gpu.count", "gpu.memory_mib", "python.version", "python.implementation"]
     + ["platform.os", "platform.arch", "platform.libc"]
@@ -369,6 +371,13 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
         return Value(True, not te_dpa_f16(rel.release, facts.env.get("NVTE_DPA_FP8_RECIPE")))
     if path in ("te.cudnn_first_2_4", "te.cudnn_first_2_11", "te.cudnn_file"):
         return _te_cudnn(path, facts)
+    if path == "te.pypi_placeholder":
+        # TE distributions are installed, and every one is PyPI's empty 0.0.0 placeholder (no
+        # transformer_engine package): `package.transformer-engine` reads none there (installed_te)
+        if facts.packages is None:
+            return _unknown(path, facts, "installed packages were not probed")
+        present = [facts.packages[d] for d in TE_DISTS if facts.packages.get(d)]
+        return Value(True, bool(present) and all(v == TE_PLACEHOLDER_VERSION for v in present))
     if path == "te.fp8_recipe":
         if facts.packages is None:
             return _unknown(path, facts, "installed packages were not probed")

@@ -530,3 +530,19 @@ def test_static_cache_mask_per_release(tf: str, workload: Dict[str, Any], want: 
     (path.static_cache_mask) that SDPA-FLASH-ATTN-MASK and gqa_form both read."""
     wl = {**GQA, "kv_cache": True, "static_cache": True, "training": False, "framework": "transformers", "model_type": "llama", **workload}
     assert _path({**HF, "transformers": tf}, wl).static_cache_mask is want
+
+
+def test_te_placeholder_is_no_transformer_engine() -> None:
+    """PyPI's empty transformer-engine 0.0.0 (metadata only) installs no TransformerEngine: the call
+    path does not take TE's attention for it, TE's backends are not installed, and only
+    TE-PYPI-PLACEHOLDER-INSTALLED speaks (not TE-OLDER-THAN-COVERED's "older than 1.9")."""
+    from doctor.rules.cases import case_inputs
+    from doctor.rules.evaluate import diagnose
+    from doctor.rules.loader import load_catalogue
+
+    facts, workload = case_inputs({"packages": {"transformer-engine": "0.0.0", "transformer-engine-cu12": "0.0.0", "torch": "2.5.1"}})
+    d = diagnose(load_catalogue(), facts, workload)
+    assert d.path.library != "transformer-engine"
+    assert all(b.available is False for b in d.backends if b.framework == "transformer-engine")
+    assert d.result("TE-PYPI-PLACEHOLDER-INSTALLED").status == "fired"
+    assert d.result("TE-OLDER-THAN-COVERED").status == "passed"
