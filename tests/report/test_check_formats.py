@@ -97,7 +97,7 @@ def test_json_contract(report) -> None:  # type: ignore[no-untyped-def]
     }
     assert isinstance(f["fixes"][0]["brings_up"], list)
     assert {b["id"]: b["available"] for b in doc["backends"]} == {"te.flash": False, "te.fused": False, "te.unfused": False}
-    assert doc["summary"]["error"] == 1 and doc["summary"]["rules"] == 16
+    assert doc["summary"]["error"] == 1 and doc["summary"]["rules"] == 20
     assert doc["workload"]["head_dim_qk"] == 192 and doc["workload"]["head_dim_v"] == 128
 
 
