@@ -61,7 +61,7 @@ FACT_PATHS = frozenset(
     + [f"cudnn.{f.name}" for f in fields(CudnnInfo) if f.name != "search"]  # search: read by te.cudnn_*
     + ["cudnn.installed_is_bundled", "cudnn.loaded_incompatible", "cuda.driver_behind", "torch.arch_runs_gpu", "torch.arch_list_probed"]
     + ["flash_attn.arch_runs_gpu", "flash_attn.archs_probed"]
-    + ["te.fp8_recipe", "te.fp8_attention", "te.cudnn_first_2_4", "te.cudnn_first_2_11", "te.cudnn_file", "te.pypi_placeholder"]
+    + ["te.fp8_recipe", "te.fp8_attention", "te.cudnn_first_2_4", "te.cudnn_first_2_11", "te.cudnn_file", "te.pypi_placeholder", "te.placeholder_beside_real"]
     + ["flash_attn.build"]
     + ["gpu.sm", "gpu.sm_max", "gpu.name", "gpu.count", "gpu.memory_mib", "python.version", "python.implementation"]
     + ["platform.os", "platform.arch", "platform.libc"]
@@ -378,6 +378,13 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
             return _unknown(path, facts, "installed packages were not probed")
         present = [facts.packages[d] for d in TE_DISTS if facts.packages.get(d)]
         return Value(True, bool(present) and all(v == TE_PLACEHOLDER_VERSION for v in present))
+    if path == "te.placeholder_beside_real":
+        # a 0.0.0 placeholder next to a real TransformerEngine distribution (TE 1.10+ then assert
+        # at import that all of them have one version)
+        if facts.packages is None:
+            return _unknown(path, facts, "installed packages were not probed")
+        present = [facts.packages[d] for d in TE_DISTS if facts.packages.get(d)]
+        return Value(True, TE_PLACEHOLDER_VERSION in present and installed_te(facts.packages) is not None)
     if path == "te.fp8_recipe":
         if facts.packages is None:
             return _unknown(path, facts, "installed packages were not probed")
