@@ -208,10 +208,15 @@ TE_DISTS = ("transformer-engine", "transformer-engine-torch", "transformer-engin
 TE_PLACEHOLDER_VERSION = "0.0.0"
 
 
+def te_dist_versions(packages: Mapping[str, str]) -> list:
+    """The versions of the TE_DISTS that are installed, in TE_DISTS order (placeholders included)."""
+    return [packages[d] for d in TE_DISTS if packages.get(d)]
+
+
 def installed_te(packages: Mapping[str, str]) -> Optional[str]:
     """The installed TransformerEngine version, read from the first of TE_DISTS present that is
     not PyPI's empty 0.0.0 placeholder (which installs no TransformerEngine)."""
-    return next((packages[d] for d in TE_DISTS if packages.get(d) and packages[d] != TE_PLACEHOLDER_VERSION), None)
+    return next((v for v in te_dist_versions(packages) if v != TE_PLACEHOLDER_VERSION), None)
 
 
 FP8_RECIPES = ("delayed", "current", "mxfp8", "block", "nvfp4")  # TE recipes: DelayedScaling, Float8CurrentScaling, ...

@@ -29,13 +29,13 @@ from doctor.model import (
     Facts,
     TorchInfo,
     Workload,
-    TE_DISTS,
     TE_PLACEHOLDER_VERSION,
     TEGRA_SMS,
     arch_runs_on,
     driver_behind,
     installed_te,
     major_minor,
+    te_dist_versions,
 )
 
 # --------------------------------------------------------------------------- values
@@ -376,15 +376,14 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
         # transformer_engine package): `package.transformer-engine` reads none there (installed_te)
         if facts.packages is None:
             return _unknown(path, facts, "installed packages were not probed")
-        present = [facts.packages[d] for d in TE_DISTS if facts.packages.get(d)]
+        present = te_dist_versions(facts.packages)
         return Value(True, bool(present) and all(v == TE_PLACEHOLDER_VERSION for v in present))
     if path == "te.placeholder_beside_real":
         # a 0.0.0 placeholder next to a real TransformerEngine distribution (TE 1.10+ then assert
         # at import that all of them have one version)
         if facts.packages is None:
             return _unknown(path, facts, "installed packages were not probed")
-        present = [facts.packages[d] for d in TE_DISTS if facts.packages.get(d)]
-        return Value(True, TE_PLACEHOLDER_VERSION in present and installed_te(facts.packages) is not None)
+        return Value(True, TE_PLACEHOLDER_VERSION in te_dist_versions(facts.packages) and installed_te(facts.packages) is not None)
     if path == "te.fp8_recipe":
         if facts.packages is None:
             return _unknown(path, facts, "installed packages were not probed")
@@ -665,13 +664,11 @@ def _evaluate_leaf(cond: Mapping[str, Any], ctx: Context) -> Outcome:
                 return Outcome(None, tuple(f"backend {st.id}: {u}" for u in st.undecided))
         if "out_for" in cond:
             # out, and one of these rules is among those that put it out (other reasons may add to it)
-            if set(st.rule_ids) & set(cond["out_for"]):
-                pass
-            elif st.available is None or st.undecided:
+            if not set(st.rule_ids) & set(cond["out_for"]):
+                if st.available is not None and not st.undecided:
+                    return FALSE
                 why = st.undecided or st.reasons
                 return Outcome(None, tuple(f"backend {st.id}: {u}" for u in why))
-            else:
-                return FALSE
         if "selected" in cond:
             # a TE backend is "selected" only where TE's attention is on the stated path (path.te_attention);
             # a flash-attn one only where code may call flash-attn itself (path.flash_attn_direct):
