@@ -969,6 +969,7 @@ class BackendStatus:
     reasons: Tuple[str, ...] = ()  # why it is out (or why availability is unknown)
     selected: bool = False  # the one this framework would pick for the workload
     rule_ids: Tuple[str, ...] = ()
+    rule_reasons: Tuple[Tuple[str, str], ...] = ()  # (rule id, what it says) for each rule that put it out
     # out (available False), but some of its other rules could not be decided: what they lacked
     # (a fix that only lifts the fired rules may or may not bring the backend back)
     undecided: Tuple[str, ...] = ()

@@ -78,7 +78,11 @@ def render(template: str, ctx: Context) -> str:
     def sub(m: "re.Match[str]") -> str:
         func, arg, path = m.group(1), m.group(2), m.group(3)
         if func == "reasons":  # every backend of a framework with why it is out, or one backend's reasons
+            arg, _, only = arg.partition(":")  # {reasons:BACKEND:RULE,RULE}: only what those rules say
             one = ctx.backends.get(arg)
+            if one is not None and only:
+                named = {r.strip() for r in only.split(",")}
+                return "; ".join(dict.fromkeys(why for rid, why in one.rule_reasons if rid in named)) or "available"
             if one is not None:
                 return "; ".join(one.reasons) or "available"
             parts = [
@@ -184,12 +188,12 @@ def _backends(
 
 def _own(
     b: Backend, fw_in: Outcome, by_backend: Dict[str, List[Rule]], ctx: Context, outcomes: Dict[str, Outcome], skip_uninstalled: bool = False
-) -> Tuple[Optional[bool], List[str], List[str], List[str]]:
+) -> Tuple[Optional[bool], List[str], List[str], List[Tuple[str, str]]]:
     """A backend's own verdict: installed and no `disables` rule fired. Returns (installed,
-    reasons it is out, why it is undecided, ids of the rules that fired)."""
+    reasons it is out, why it is undecided, (id, reason) of each rule that fired)."""
     reasons: List[str] = []
     unknown: List[str] = []
-    fired: List[str] = []
+    fired: List[Tuple[str, str]] = []
     if fw_in.value is None:
         unknown.extend(fw_in.missing)
     inst = evaluate(b.installed, ctx) if b.installed else Outcome(True)
@@ -207,7 +211,7 @@ def _own(
         outcomes[rule.id] = out
         if out.value is True:
             reasons.append(render(rule.message, ctx))
-            fired.append(rule.id)
+            fired.append((rule.id, reasons[-1]))
         elif out.value is None:
             unknown.append(f"{rule.id} not evaluated ({'; '.join(out.missing)})")
     return inst.value, reasons, unknown, fired
@@ -229,8 +233,8 @@ def _status(b: Backend, fw_id: str, fw_in: Outcome, by_backend: Dict[str, List[R
     if not b.members:
         _, reasons, unknown, fired = _own(b, fw_in, by_backend, ctx, outcomes)
         available, why = _verdict(reasons, unknown)
-        return BackendStatus(id=b.id, framework=fw_id, name=b.name, available=available, reasons=tuple(dict.fromkeys(why)), rule_ids=tuple(fired),
-                             undecided=tuple(dict.fromkeys(unknown)) if available is False else ())
+        return BackendStatus(id=b.id, framework=fw_id, name=b.name, available=available, reasons=tuple(dict.fromkeys(why)),
+                             rule_ids=tuple(i for i, _ in fired), rule_reasons=tuple(fired), undecided=tuple(dict.fromkeys(unknown)) if available is False else ())
     members: Dict[str, BackendStatus] = {}
     installed: Dict[str, Optional[bool]] = {}
     for m in b.members:
@@ -239,7 +243,8 @@ def _status(b: Backend, fw_id: str, fw_in: Outcome, by_backend: Dict[str, List[R
         available, why = _verdict(reasons, unknown)
         if inst is False:
             why = ["not installed"]
-        members[m.id] = BackendStatus(id=m.id, framework=fw_id, name=m.name, available=available, reasons=tuple(dict.fromkeys(why)), rule_ids=tuple(fired),
+        members[m.id] = BackendStatus(id=m.id, framework=fw_id, name=m.name, available=available, reasons=tuple(dict.fromkeys(why)),
+                                      rule_ids=tuple(i for i, _ in fired), rule_reasons=tuple(fired),
                                       undecided=tuple(dict.fromkeys(unknown)) if available is False and inst is not False else ())
     _, reasons, unknown, fired = _own(b, fw_in, by_backend, ctx, outcomes)
     rule = next((c for c in b.compose if c.when is None or evaluate(c.when, ctx).value is True), b.compose[-1])
@@ -262,7 +267,7 @@ def _status(b: Backend, fw_id: str, fw_in: Outcome, by_backend: Dict[str, List[R
                     continue
                 state = "; ".join(st.reasons) if st.available is False else f"not used by {b.name} here ({rule.note or 'this release does not use it'})"
                 reasons.append(f"{st.name} out: {state}")
-                fired.extend(st.rule_ids)
+                fired.extend(st.rule_reasons)
     available, why = _verdict(reasons, unknown)
     return BackendStatus(
         id=b.id,
@@ -270,7 +275,8 @@ def _status(b: Backend, fw_id: str, fw_in: Outcome, by_backend: Dict[str, List[R
         name=b.name,
         available=available,
         reasons=tuple(dict.fromkeys(why)),
-        rule_ids=tuple(dict.fromkeys(fired)),
+        rule_ids=tuple(dict.fromkeys(i for i, _ in fired)),
+        rule_reasons=tuple(dict.fromkeys(fired)),
         undecided=tuple(dict.fromkeys(unknown)) if available is False else (),
         members=tuple(members.values()),
     )

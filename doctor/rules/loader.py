@@ -290,7 +290,7 @@ def _check_semantics(path: Path, doc: Mapping[str, Any], named_only: bool = Fals
     if named_only:
         return
     placeholder = re.compile(r"\{([a-z_]+):([^{}]+)\}|\{([A-Za-z0-9_.\-]+)\}")
-    unclosed = re.compile(r"\{[A-Za-z_][A-Za-z0-9_.\-]*(?::[^{}\s]*)?(?=[^A-Za-z0-9_.\-:}|]|$)")
+    unclosed = re.compile(r"\{[A-Za-z_][A-Za-z0-9_.\-]*(?::[^{}\s]*)?(?=[^A-Za-z0-9_.\-:}|,]|$)")
     for i, rule in enumerate(doc.get("rules", ()) or ()):
         walk(rule.get("when"), ["rules", i, "when"], finding=not rule.get("disables"))
         check_evidence(rule, i)
@@ -697,8 +697,15 @@ def _check_catalogue(frameworks: Sequence[Framework], rules: Sequence[Rule], com
     fw_ids = {fw.id for fw in frameworks}
     member_of = {m.id: b.id for fw in frameworks for b in fw.backends for m in b.members}
     disables_of = {r.id: r.disables for r in rules if r.disables}
+    members_of = {b.id: tuple(m.id for m in b.members) for fw in frameworks for b in fw.backends}
     for r in rules:
-        for func, fw_ref in re.findall(r"\{(reasons|selected):([^{}]+)\}", r.title + " " + r.message):
+        for func, ref in re.findall(r"\{(reasons|selected):([^{}]+)\}", r.title + " " + r.message):
+            fw_ref, _, only = ref.partition(":")
+            if only and (func != "reasons" or fw_ref not in backend_ids):
+                raise RuleError(f"rule {r.id}: {{{func}:{ref}}} names rules, which only {{reasons:BACKEND:RULE,...}} takes", path=r.path, line=r.line, hint="e.g. {reasons:flash_attn.fa4:FA4-HEAD-DIM}")
+            unknown = [x.strip() for x in only.split(",") if only and disables_of.get(x.strip()) not in (fw_ref, *members_of.get(fw_ref, ()))]
+            if unknown:
+                raise RuleError(f"rule {r.id}: {{reasons:{ref}}} names {', '.join(unknown)}, not rules that disable {fw_ref}", path=r.path, line=r.line, hint="name rules whose `disables:` is that backend or one of its members")
             if fw_ref not in fw_ids and not (func == "reasons" and fw_ref in backend_ids):
                 raise RuleError(f"rule {r.id}: placeholder names unknown framework {fw_ref!r}", path=r.path, line=r.line, hint="known: " + ", ".join(sorted(fw_ids)) + " ({reasons:} also takes a backend id)")
         if r.disables and r.disables not in backend_ids:

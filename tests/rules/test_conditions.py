@@ -404,3 +404,41 @@ def test_reasons_placeholder_takes_one_backend() -> None:
     assert "flash-attn-4 4.0.0b27" in one and "head_dim_qk=192" in one
     assert "FlashAttention-2" not in one and not one.startswith("\n")
     assert "FlashAttention-2 (flash-attn)" in render("{reasons:flash-attn}", c)
+
+
+def test_reasons_placeholder_names_only_the_listed_rules() -> None:
+    """{reasons:BACKEND:RULE,...} keeps only what those rules say: transformers' flash_attention_4
+    route drops dropout, so its message names FA4's head-dim refusal but not FA4's dropout one."""
+    from doctor.rules.cases import case_inputs
+    from doctor.rules.evaluate import diagnose, render
+    from doctor.rules.loader import load_catalogue
+
+    facts, workload = case_inputs({"packages": {"flash-attn-4": "4.0.0b27", "torch": "2.9.1"},
+                                   "torch": {"version": "2.9.1+cu128", "cuda": "12.8"}, "gpu": "10.0",
+                                   "workload": {"head_dim": 192, "dropout": 0.1, "training": True}})
+    c = diagnose(load_catalogue(), facts, workload).context(facts, workload)
+    every = render("{reasons:flash_attn.fa4}", c)
+    assert "dropout 0.1" in every  # the unfiltered list has the dropout refusal
+    only = render("{reasons:flash_attn.fa4:FA4-HEAD-DIM}", c)
+    assert "head_dim_qk=192" in only and "dropout 0.1" not in only
+    assert render("{reasons:flash_attn.fa4:FA4-HD256-LOCAL}", c) == "available"
+
+
+def test_reasons_placeholder_rejects_rules_of_another_backend(tmp_path) -> None:
+    """A {reasons:BACKEND:RULE} naming a rule that does not disable that backend is a load error
+    naming the rule, not a message that silently renders nothing."""
+    from pathlib import Path
+
+    import pytest
+
+    from doctor.resources import rules_dir
+    from doctor.rules.loader import RuleError, load_catalogue
+
+    src = Path(rules_dir()) / "findings" / "transformers.yaml"
+    text = src.read_text(encoding="utf-8").replace("{reasons:flash_attn.fa4:FA4-HEAD-DIM,", "{reasons:flash_attn.fa4:TE-FUSED-SOFTCAP,", 1)
+    assert "TE-FUSED-SOFTCAP," in text
+    (tmp_path / "backends").mkdir()  # a catalogue-shaped folder: its file replaces the built-in one
+    (tmp_path / "findings").mkdir()
+    (tmp_path / "findings" / "transformers.yaml").write_text(text, encoding="utf-8")
+    with pytest.raises(RuleError, match="TE-FUSED-SOFTCAP"):
+        load_catalogue([tmp_path], use_cache=False, shadow=True)
