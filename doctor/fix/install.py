@@ -257,7 +257,10 @@ def install_commands(
             cmd = f'{envs} FLASH_ATTENTION_FORCE_BUILD=TRUE pip install {" ".join(rec.flags)} "flash-attn=={wheel.version}"'.strip()
             fb: Mapping[str, Any] = rec.builds or {}
             fcost = f"{_mb(_size(rel, 'flash-attn', wheel.version))} sdist; builds from source: {fb.get('time') or 'build time not measured'}; needs " + "; ".join(fb.get("prerequisites") or ())
-            out.append(Command("flash-attn", f"Build flash-attn {wheel.version} from source (no prebuilt wheel fits)", cmd, fcost, "build", rec.order))
+            text = f"Build flash-attn {wheel.version} from source (no prebuilt wheel fits)"
+            if wheel.build_fails:
+                text += f"; warning: {wheel.build_fails}"
+            out.append(Command("flash-attn", text, cmd, fcost, "build", rec.order))
     return sorted(out, key=lambda c: c.order)
 
 

@@ -34,7 +34,7 @@ from doctor.fix.companions import torch_companions
 from doctor.fix.install import extras_for, install_commands
 from doctor.fix.recheck import apply_fix, compare, marker_machine, moved_text, pip_moves
 from doctor.fix.resolve import Resolution, resolve
-from doctor.releases.wheels import WheelChoice, choose_wheel, wheel_target
+from doctor.releases.wheels import WheelChoice, choose_wheel, source_build_fails, wheel_target
 from doctor.model import Facts, Finding, Fix, Pin, Severity, Workload
 from doctor.releases.catalogue import ReleaseCatalogue, cuda_major_after, torch_bundle
 from doctor.rules.conditions import Context
@@ -619,7 +619,11 @@ class _Planner:
                 )
             )
         else:
-            merged.notes.append(f"no flash-attn release has a prebuilt wheel for torch {_mm(new)}: rebuild flash-attn {current} from source after moving torch")
+            fails = source_build_fails(base, target)
+            merged.notes.append(
+                f"no flash-attn release has a prebuilt wheel for torch {_mm(new)}: rebuild flash-attn {current} from source after moving torch"
+                + (f" ({fails})" if fails else "")
+            )
 
     def _apply(self, merged: _Merged) -> Tuple[Facts, Workload]:
         as_fix = Fix("plan", pins=tuple(Pin(k, v) for k, v in merged.pins.items()), env=merged.env, workload=merged.workload)

@@ -63,6 +63,7 @@ class WheelChoice:
     notes: Tuple[str, ...] = ()
     build: str = ""  # how to build from source when no wheel fits
     broken: bool = False  # a wheel was published for this target but is listed as not importing
+    build_fails: Optional[str] = None  # why the source build cannot compile against this torch
 
     @property
     def pip_command(self) -> str:
@@ -155,33 +156,54 @@ def listed_broken(rel: ReleaseCatalogue, version: str, target: WheelTarget) -> O
     )
 
 
+# torch 2.14's headers stop any compile below C++20 outside MSVC (torch 2.14.0 include/ATen/ATen.h:4-5,
+# torch/all.h:4-5; 2.13's ask for C++17), and every flash-attn setup.py up to 2.8.3.post2 compiles with
+# -std=c++17 (v2.8.2 setup.py:201, :220, :408): a source build against torch >= 2.14 on Linux fails at
+# its first file (sample 40 row 25, deep-8: reproduced with g++ against the 2.14.0 headers)
+CXX20_TORCH = Version("2.14")
+
+
+def source_build_fails(version: str, target: WheelTarget) -> Optional[str]:
+    """Why building flash-attn `version` from source against `target`'s torch fails, or None."""
+    tv = parse_version(target.torch)
+    fv = parse_version(version)
+    if tv is None or fv is None or Version(tv.base_version) < CXX20_TORCH or fv.major >= 3:
+        return None
+    return (
+        f"flash-attn {version}'s setup.py compiles with -std=c++17 and torch {target.torch}'s headers "
+        "require C++20 (ATen.h stops the compile): this build fails unless its flags are changed"
+    )
+
+
 def choose_wheel(rel: ReleaseCatalogue, version: str, target: WheelTarget) -> WheelChoice:
     """The exact prebuilt wheel of flash-attn `version` for `target`, or why there is none."""
     build = build_command(version)
+    fails = source_build_fails(version, target)
     how = (
         f"no prebuilt wheel: build from source against the installed torch with `{build}` "
         "(needs nvcc of the same CUDA major as torch, ninja, and about an hour; MAX_JOBS bounds RAM)"
+        + (f"; but {fails}" if fails else "")
     )
     notes = [f"assumed {a}" for a in target.assumed]
     if target.cuda is None:
         return WheelChoice(version, False, notes=tuple(notes + [f"torch {target.torch} is not a CUDA build: flash-attn needs one"]), build=build)
     builds = rel.flash_attn_wheels.get(version)
     if builds is None:
-        return WheelChoice(version, False, notes=tuple(notes + [f"flash-attn {version}: the catalogue has no wheel matrix for this release; {how}"]), build=build)
+        return WheelChoice(version, False, notes=tuple(notes + [f"flash-attn {version}: the catalogue has no wheel matrix for this release; {how}"]), build=build, build_fails=fails)
     tag = cuda_tag(version, target.torch_mm, target.cuda)
     row: Optional[FlashAttnBuild] = next((b for b in builds if b.torch == target.torch_mm), None)
     if row is None:
         lines = ", ".join(sorted({b.torch for b in builds}, key=version_key))
-        return WheelChoice(version, False, notes=tuple(notes + [f"flash-attn {version} published wheels for torch {lines}, not {target.torch_mm}; {how}"]), build=build)
+        return WheelChoice(version, False, notes=tuple(notes + [f"flash-attn {version} published wheels for torch {lines}, not {target.torch_mm}; {how}"]), build=build, build_fails=fails)
     if tag not in {_ci_tag(version, c) for c in row.cuda}:
-        return WheelChoice(version, False, notes=tuple(notes + [f"flash-attn {version} has no cu{tag} wheel for torch {target.torch_mm} (torch CUDA {target.cuda}); {how}"]), build=build)
+        return WheelChoice(version, False, notes=tuple(notes + [f"flash-attn {version} has no cu{tag} wheel for torch {target.torch_mm} (torch CUDA {target.cuda}); {how}"]), build=build, build_fails=fails)
     if target.python and target.python not in row.python:
-        return WheelChoice(version, False, notes=tuple(notes + [f"flash-attn {version} has no wheel for Python {target.python} with torch {target.torch_mm} (only {', '.join(row.python)}); {how}"]), build=build)
+        return WheelChoice(version, False, notes=tuple(notes + [f"flash-attn {version} has no wheel for Python {target.python} with torch {target.torch_mm} (only {', '.join(row.python)}); {how}"]), build=build, build_fails=fails)
     if target.cxx11_abi is not None and target.cxx11_abi not in row.cxx11_abi:
-        return WheelChoice(version, False, notes=tuple(notes + [f"flash-attn {version} has no cxx11abi{str(target.cxx11_abi).upper()} wheel for torch {target.torch_mm}; {how}"]), build=build)
+        return WheelChoice(version, False, notes=tuple(notes + [f"flash-attn {version} has no cxx11abi{str(target.cxx11_abi).upper()} wheel for torch {target.torch_mm}; {how}"]), build=build, build_fails=fails)
     broken = listed_broken(rel, version, target)
     if broken is not None:
-        return WheelChoice(version, False, notes=tuple(notes + [f"the published wheel does not import: {broken.why} ({broken.source}); {how}"]), build=build, broken=True)
+        return WheelChoice(version, False, notes=tuple(notes + [f"the published wheel does not import: {broken.why} ({broken.source}); {how}"]), build=build, broken=True, build_fails=fails)
     abi = "TRUE" if target.cxx11_abi else "FALSE" if target.cxx11_abi is not None else "{TRUE|FALSE}"
     filename = f"flash_attn-{version}+cu{tag}torch{target.torch_mm}cxx11abi{abi}-{target.cp}-{target.cp}-linux_x86_64.whl"
     url = f"{RELEASES_URL}/v{version}/{filename}"
@@ -196,4 +218,4 @@ def choose_wheel(rel: ReleaseCatalogue, version: str, target: WheelTarget) -> Wh
             f"flash_attn_2_cuda fails with an undefined symbol, build from source: `{build}`"
         )
     notes.append("install with --no-deps so pip keeps your torch (Dao-AILab/flash-attention#1724)")
-    return WheelChoice(version, True, filename=filename, url=url, notes=tuple(notes), build=build)
+    return WheelChoice(version, True, filename=filename, url=url, notes=tuple(notes), build=build, build_fails=fails)

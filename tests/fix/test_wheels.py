@@ -72,6 +72,21 @@ def test_no_wheel_says_why_and_how_to_build(fa: str, target: WheelTarget, why: s
     assert choice.build == f"MAX_JOBS=4 FLASH_ATTENTION_FORCE_BUILD=TRUE pip install flash-attn=={fa} --no-build-isolation"
 
 
+@pytest.mark.parametrize("torch,fails", [("2.13.0", False), ("2.14.0", True), ("2.15.0", True)])
+def test_source_build_against_a_cxx20_torch_is_flagged(torch: str, fails: bool, rel) -> None:  # type: ignore[no-untyped-def]
+    """flash-attn's setup.py compiles with -std=c++17; torch 2.14's headers require C++20, so the
+    build a user would be told to run fails there: the choice says so and the install step warns."""
+    from doctor.fix.install import install_commands
+
+    choice = choose_wheel(rel, "2.8.2", _t(torch, "13.0", True, "3.12"))
+    assert not choice.available
+    assert bool(choice.build_fails) is fails
+    assert any("require C++20" in n for n in choice.notes) is fails
+    cmds = install_commands(rel, {"flash-attn": "2.8.2"}, {"torch": torch}, torch, [choice], (), 13)
+    build = next(c for c in cmds if c.package == "flash-attn")
+    assert ("warning:" in build.text) is fails
+
+
 def test_unknown_python_leaves_a_placeholder(rel) -> None:  # type: ignore[no-untyped-def]
     choice = choose_wheel(rel, "2.6.3", _t("2.4.1", "12.4", False, None))
     assert choice.available and "cp{XY}" in (choice.filename or "")
