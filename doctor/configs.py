@@ -384,6 +384,11 @@ def _megatron_values(t: _Taker, get: Callable[[str], Any], framework: str) -> No
         # not on the command line: Megatron-Core's default (auto, 0.11 on); its check then wants
         # NVTE_FLASH_ATTN / NVTE_FUSED_ATTN / NVTE_UNFUSED_ATTN unset or "1"
         t.put("attention_backend (Megatron's default)", "attention_backend", "auto")
+    elif framework == "nemo":
+        # a NeMo YAML is a NeMo 1 model config (MegatronBaseModel), whose default is auto; NeMo 2's
+        # per-family flash defaults (rules/conditions.yaml nemo_family_backend_flash) belong to its
+        # Python model configs, which are not read (check-L1 of sample 40)
+        t.put("attention_backend (NeMo 1's default)", "attention_backend", "auto")
     # --flash-attention-version N (Megatron-Core 0.19+, TransformerConfig.flash_attention_version,
     # 2/3/4): LanguageModule._set_attention_backend sets NVTE_FLASH_ATTN_V{other}=0 for the other
     # two generations when the model is built (core_v0.19.0 language_module.py:148-153), which TE

@@ -48,7 +48,7 @@ NAMES = frozenset(
         "USE_V1",  # LLaMA-Factory 0.9.4+ runs its v1 launcher, which has no dependency check
         "SEQUENCE_PARALLEL_IMPL",  # ms-swift 3.4.1-3.8.x pick their sequence-parallel code (SWIFT-ULYSSES-HEADS)
         "DS_CEPH_DIR",  # XTuner 0.1.x's __init__ imports xtuner.utils (and so deepspeed) when set (XTUNER-11)
-        "HSA_XNACK",  # ROCm: with 1, HIP names the GPU ...:xnack+, which torch 2.3-2.4's AOTriton does not map (SDPA-*-ROCM-XNACK-*)
+        "HSA_XNACK",  # ROCm: with 1, HIP names the GPU ...:xnack+, which torch 2.3-2.5's AOTriton does not map (SDPA-*-ROCM-XNACK-*)
         "USE_MCA",  # LLaMA-Factory 0.9.4+ takes its Megatron-Core route (mcore_adapter), which imports TE (te_pytorch_imported)
     }
 )

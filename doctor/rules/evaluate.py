@@ -79,7 +79,8 @@ def render(template: str, ctx: Context) -> str:
         func, arg, path = m.group(1), m.group(2), m.group(3)
         if func == "reasons":  # every backend of a framework with why it is out, or one backend's reasons
             arg, _, only = arg.partition(":")  # {reasons:BACKEND:RULE,RULE}: only what those rules say
-            one = ctx.backends.get(arg)
+            # a backend, or a family's member (te.fa4 inside te.flash)
+            one = ctx.backends.get(arg) or next((m for b in ctx.backends.values() for m in b.members if m.id == arg), None)
             if one is not None and only:
                 named = {r.strip() for r in only.split(",")}
                 return "; ".join(dict.fromkeys(why for rid, why in one.rule_reasons if rid in named)) or "available"

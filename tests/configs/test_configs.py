@@ -452,3 +452,14 @@ def test_megatron_softmax_type_is_read(tmp_path: Path) -> None:
     args.write_text("--num-attention-heads 64 --softmax-type sink --bf16\n")
     with pytest.raises(InputError):
         read_config(args)
+
+
+def test_a_nemo_1_yaml_without_a_backend_reads_as_auto(tmp_path: Path) -> None:
+    """A NeMo YAML is a NeMo 1 model config, whose default attention backend is auto: it must not
+    be taken for NeMo 2's per-family flash default (a Gemma YAML would then skip Megatron-Core's
+    NVTE_* assert); a stated backend is kept."""
+    nemo = tmp_path / "nemo.yaml"
+    nemo.write_text("model:\n  num_attention_heads: 8\ntrainer:\n  precision: bf16\n")
+    assert read_config(nemo).workload.get("attention_backend") == "auto"
+    nemo.write_text("model:\n  num_attention_heads: 8\n  attention_backend: flash\ntrainer:\n  precision: bf16\n")
+    assert read_config(nemo).workload.get("attention_backend") == "flash"

@@ -442,3 +442,17 @@ def test_reasons_placeholder_rejects_rules_of_another_backend(tmp_path) -> None:
     (tmp_path / "findings" / "transformers.yaml").write_text(text, encoding="utf-8")
     with pytest.raises(RuleError, match="TE-FUSED-SOFTCAP"):
         load_catalogue([tmp_path], use_cache=False, shadow=True)
+
+
+def test_reasons_placeholder_takes_a_family_member() -> None:
+    """{reasons:te.fa4} names TE's FlashAttention-4 member's reasons (the loader accepts member
+    ids), not "no backends"."""
+    from doctor.rules.cases import case_inputs
+    from doctor.rules.evaluate import diagnose, render
+    from doctor.rules.loader import load_catalogue
+
+    facts, workload = case_inputs({"packages": {"transformer-engine": "2.20.2", "torch": "2.9.1"},
+                                   "torch": {"version": "2.9.1+cu128", "cuda": "12.8"}, "gpu": "10.0"})
+    c = diagnose(load_catalogue(), facts, workload).context(facts, workload)
+    got = render("{reasons:te.fa4}", c)
+    assert got not in ("no backends", "available") and "not installed" in got
