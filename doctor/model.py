@@ -980,7 +980,7 @@ class BackendStatus:
     not_covered: Optional[str] = None
 
 
-CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "model_has_sdpa", "needs_mask", "packed_mask", "static_cache_mask", "model_mask", "no_packed_search", "default_sdpa", "default_attention", "gqa_form", "te_attention", "flash_attn_direct", "megatron_core", "mcore_adapter", "unsloth_own_family")
+CALL_PATH_FIELDS = ("framework", "attention", "library", "cp_impl", "packing", "model_type", "model_supports", "model_has_fa2", "model_has_sdpa", "model_in_transformers", "needs_mask", "packed_mask", "static_cache_mask", "model_mask", "no_packed_search", "default_sdpa", "default_attention", "gqa_form", "te_attention", "flash_attn_direct", "megatron_core", "mcore_adapter", "unsloth_own_family")
 
 
 @dataclass(frozen=True)
@@ -1001,6 +1001,12 @@ class CallPath:
     model_has_fa2: Optional[bool] = None
     # the same for sdpa: can a fix that switches this model to SDPA load it?
     model_has_sdpa: Optional[bool] = None
+    # does this transformers release know model_type (its models/<family> folder)? False only where
+    # the support table shows the family first in a later release than this one (and later than the
+    # table's first release), so AutoConfig cannot build it without remote code; None: not known
+    # (no model_type, a family outside the table such as remote-code Baichuan/Qwen-1, no release)
+    # (doctor.releases.model_support.model_in_release)
+    model_in_transformers: Optional[bool] = None
     needs_mask: bool = False  # the call passes an attention-mask tensor (padded batches)
     # transformers' SDPA path turns a padding-free packed batch into a per-sample mask tensor
     # (from 4.53.1; doctor.rules.callpath.hf_padding_free_mask says exactly when)

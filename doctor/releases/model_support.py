@@ -63,6 +63,36 @@ def model_supports(transformers: Optional[str], model_type: Optional[str], atten
     return attention in impls
 
 
+def model_in_release(transformers: Optional[str], model_type: Optional[str]) -> Optional[bool]:
+    """Does this transformers release have the model family? True at or after the family's first
+    row in the table; False before it where that row is later than the table's first release (the
+    table holds every release from there, so its first row is the release that added the family:
+    qwen2_moe 4.40.0, gemma2 4.42.0, qwen3 4.51.0); None where the release or family is not known,
+    or the family's row there says nothing (removed, or older than the table)."""
+    if not transformers or not model_type:
+        return None
+    have = release(transformers)
+    points = _table().get(FOLDER_OF_MODEL_TYPE.get(model_type, model_type))
+    if have is None or points is None or not points[0]:
+        return None
+    at = bisect.bisect_right(points[0], have) - 1
+    if at < 0:
+        return False if points[0][0] > _first_release() else None
+    return None if points[1][at] is None else True
+
+
+@lru_cache(maxsize=1)
+def _first_release() -> Version:
+    """The oldest transformers release the table was written from."""
+    from doctor.resources import rules_dir
+
+    try:
+        doc = json.loads((rules_dir() / "evidence" / "transformers_attention.json").read_text(encoding="utf-8"))
+        return min(Version(v) for v in (doc.get("releases") or {}))
+    except (OSError, ValueError):
+        return Version("999")
+
+
 # The table is keyed by the models/<folder> name; model_types that live in another family's folder.
 FOLDER_OF_MODEL_TYPE = {"gemma3_text": "gemma3"}
 

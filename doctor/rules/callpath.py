@@ -39,7 +39,7 @@ from typing import Mapping, Optional, Tuple
 
 from doctor.model import CALL_PATH_FIELDS as FIELDS
 from doctor.model import CallPath, Facts, ImportStatus, Workload, installed_te
-from doctor.releases.model_support import model_supports
+from doctor.releases.model_support import model_in_release, model_supports
 
 # Installed distributions that dispatch attention themselves, most specific first: when
 # LLaMA-Factory is installed, its trainer (on top of transformers) is what runs.
@@ -283,7 +283,8 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
     supports = model_supports(packages.get("transformers"), workload.model_type, attention) if framework in HF_BASED else None
     has_fa2 = model_supports(packages.get("transformers"), workload.model_type, "flash_attention_2")
     why_model = "no model_type given" if not workload.model_type else "this model family or transformers release is not in the support table"
-    unknown = [(name, why_model) for name, got in (("model_supports", supports), ("model_has_fa2", has_fa2), ("model_has_sdpa", has_sdpa)) if got is None]
+    in_release = model_in_release(packages.get("transformers"), workload.model_type)
+    unknown = [(name, why_model) for name, got in (("model_supports", supports), ("model_has_fa2", has_fa2), ("model_has_sdpa", has_sdpa), ("model_in_transformers", in_release)) if got is None]
     if framework is None and facts.packages is None:
         unknown.append(("framework", "no framework stated and installed packages were not probed"))
     return CallPath(
@@ -296,6 +297,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
         model_supports=supports,
         model_has_fa2=has_fa2,
         model_has_sdpa=has_sdpa,
+        model_in_transformers=in_release,
         default_sdpa=default_sdpa,
         default_attention=default_attn,
         framework=framework,

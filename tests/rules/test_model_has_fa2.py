@@ -31,3 +31,19 @@ def test_unknown_without_a_model_type() -> None:
 def test_model_has_sdpa_reads_the_table_for_sdpa_whatever_was_asked_for() -> None:
     assert _path("4.57.1", "llama", "flash_attention_2").model_has_sdpa is True
     assert _path("4.57.1", "mpt", "flash_attention_2").model_has_sdpa is False  # MPT never had SDPA
+
+
+def test_model_in_transformers_reads_the_first_release_of_the_family() -> None:
+    # sample 40 row 20: qwen2_moe first in 4.40.0, gemma2 in 4.42.0 (the support table's first rows)
+    assert _path("4.39.3", "qwen2_moe").model_in_transformers is False
+    assert _path("4.40.0", "qwen2_moe").model_in_transformers is True
+    assert _path("4.41.2", "gemma2").model_in_transformers is False
+    assert _path("4.42.0", "gemma2").model_in_transformers is True
+    # a family outside the table (remote code) or older than the table's first release: not known
+    assert _path("4.44.2", "baichuan").model_in_transformers is None
+    assert _path("4.30.0", "llama").model_in_transformers is None
+    facts = Facts(packages={"transformers": "4.44.2", "torch": "2.5.1"})
+    ctx = Context(facts, Workload(model_type="baichuan", attn_implementation="sdpa"))
+    assert evaluate({"fact": "path.model_in_transformers", "eq": False}, ctx).value is None
+    ctx = Context(facts, Workload(model_type="qwen3", attn_implementation="sdpa"))
+    assert evaluate({"fact": "path.model_in_transformers", "eq": False}, ctx).value is True
