@@ -59,7 +59,8 @@ class CudaInfo:
     # a source build has it only where its arch list kept 8.0/9.0 or it was built on an sm90 GPU.
     # None: xformers absent or its folder unread
     xformers_fa3: Optional[bool] = None
-    # the GPU code in the installed flash-attn's extension (flash_attn_2_cuda), read from its
+    # the GPU code in the installed flash-attn's extension (flash_attn_2_cuda; flash_attn_cuda for
+    # 0.2.x/1.x), read from its
     # .nv_fatbin section (doctor.probe.fatbin): "sm_80", "compute_90", as torch.arch_list
     flash_attn_archs: Optional[Tuple[str, ...]] = None
 

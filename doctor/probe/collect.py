@@ -64,6 +64,17 @@ def _present(name: str, scan: packages.PackageScan) -> bool:
     return False
 
 
+def _flash_attn_extension(scan: packages.PackageScan) -> Tuple[Optional[str], str]:
+    """The installed flash-attn's CUDA extension (its file, or None) and the module name looked
+    for: flash_attn_2_cuda for 2.x, flash_attn_cuda for 0.2.x/1.x (flash-attn v1.0.9
+    flash_attn/flash_attn_interface.py imports `flash_attn_cuda`; setup.py builds sm_90 code only
+    with nvcc >= 11.8, so a 1.x build can lack Hopper code)."""
+    version = scan.version("flash-attn") or ""
+    major = version.split(".")[0]
+    name = "flash_attn_cuda" if major.isdigit() and int(major) < 2 else "flash_attn_2_cuda"
+    return scan.modules.get(name), name
+
+
 def _fingerprint(
     python: str, src: Sources, scan: packages.PackageScan, gp: gpus.GpuProbe, libs: cuda_libs.CudaLibs
 ) -> str:
@@ -280,9 +291,9 @@ def collect(loaded: bool = True, *, sources: Optional[Sources] = None) -> Dict[s
         if why:
             notes.unknown["cuda.xformers_fa3"] = why
     if "flash-attn" in scan.dists:
-        ext = scan.modules.get("flash_attn_2_cuda")
+        ext, name = _flash_attn_extension(scan)
         if ext is None:
-            notes.unknown["cuda.flash_attn_archs"] = "no flash_attn_2_cuda extension on the path"
+            notes.unknown["cuda.flash_attn_archs"] = f"no {name} extension on the path"
         else:
             fa_archs, why = fatbin.cached_archs(ext, src.cache_dir)
             cuda_section["flash_attn_archs"] = list(fa_archs) if fa_archs else None

@@ -225,3 +225,21 @@ def test_a_damaged_section_table_size_allocates_nothing_large(tmp_path: Path) ->
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", code, str(so)], cwd=root, env={"PYTHONPATH": str(root)}, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-500:]
+
+
+def test_flash_attn_1x_extension_is_the_one_read() -> None:
+    """flash-attn 0.2.x/1.x build the extension flash_attn_cuda (v1.0.9 flash_attn_interface.py),
+    2.x flash_attn_2_cuda: the probe reads the one of the installed release (sample 40 row 15)."""
+    from doctor.probe.collect import _flash_attn_extension
+    from doctor.probe.packages import Dist, PackageScan
+
+    def scan(version: str) -> PackageScan:
+        dist = Dist(name="flash-attn", version=version, metadata=Path("/x/METADATA"), site_dir="/x")
+        mods = {"flash_attn_cuda": "/x/flash_attn_cuda.so", "flash_attn_2_cuda": "/x/flash_attn_2_cuda.so"}
+        return PackageScan(dists={"flash-attn": dist}, skipped=(), modules=mods, paths=("/x",))
+
+    assert _flash_attn_extension(scan("1.0.9")) == ("/x/flash_attn_cuda.so", "flash_attn_cuda")
+    assert _flash_attn_extension(scan("0.2.8")) == ("/x/flash_attn_cuda.so", "flash_attn_cuda")
+    assert _flash_attn_extension(scan("2.8.3")) == ("/x/flash_attn_2_cuda.so", "flash_attn_2_cuda")
+    only_2 = PackageScan(dists=scan("1.0.9").dists, skipped=(), modules={"flash_attn_2_cuda": "/x/a.so"}, paths=("/x",))
+    assert _flash_attn_extension(only_2) == (None, "flash_attn_cuda")
