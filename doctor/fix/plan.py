@@ -565,7 +565,37 @@ class _Planner:
         merged = _Merged(pins=pins, env=env, workload=wl, config=config, companions=[], notes=[])
         self._torch_companions(merged)
         self._exact_pin_companions(merged)
+        why = self._flash_attn_unbuildable(merged)
+        if why:
+            if why not in self.notes:
+                self.notes.append(why)
+            return None
         return merged
+
+    def _flash_attn_unbuildable(self, merged: _Merged) -> Optional[str]:
+        """Why the flash-attn this plan installs (a pinned release, or the installed one rebuilt
+        for a new torch line) can neither come from a wheel nor be compiled, or None: a plan
+        that needs such a build is no plan (doctor.releases.wheels.source_build_fails)."""
+        new_torch = merged.pins.get("torch")
+        moved = bool(new_torch) and _mm(new_torch or "") != _mm(self.torch0)
+        have = self.installed.get("flash-attn")
+        fa = merged.pins.get("flash-attn")
+        if fa is None:
+            if not moved or have is None:
+                return None
+            fa = have
+        elif not moved and have is not None and _v(fa).public == _v(have).public:
+            return None  # nothing to install
+        target = wheel_target(self.facts, new_torch)
+        if target is None:
+            return None
+        choice = choose_wheel(self.rel, _v(fa).public, target)
+        if choice.available or not choice.build_fails:
+            return None
+        return (
+            f"not planned: flash-attn {_v(fa).public} has no prebuilt wheel for torch {target.torch} and cannot be "
+            f"built against it ({choice.build_fails})"
+        )
 
     def _exact_pin_companions(self, merged: _Merged) -> None:
         """A torch move carries the installed torchvision, torchaudio and xformers to the releases

@@ -377,3 +377,26 @@ def test_check_shows_the_whole_plan_where_it_clears_what_its_part_brings_up_unde
     assert "OLD-TF" in plan.cleared, plan.cleared
     assert lead.planned and lead.verified, lead
     assert {p.name for p in lead.pins} >= {"transformers", "flash-attn"}, lead.pins
+
+
+def test_a_flash_attn_pin_that_would_need_a_build_against_a_cxx20_torch_is_not_planned(tmp_path: Path, rel) -> None:  # type: ignore[no-untyped-def]
+    """No flash-attn release has a wheel for torch 2.14, and a source build fails there (flash-attn
+    compiles with -std=c++17, torch 2.14's headers need C++20): a fix that moves flash-attn is not
+    planned on torch 2.14 (nor any release generated in its direction), and the plan says why;
+    on torch 2.8 the same fix installs a wheel and is planned."""
+    cat = _catalogue(
+        tmp_path,
+        HEAD
+        + _rule("OLD-FA", '{package: flash-attn, version: "<2.7"}', '[{description: upgrade flash-attn, pins: ["flash-attn==2.8.3"]}]',
+                '{packages: {flash-attn: "2.6.3"}}', '{packages: {flash-attn: "2.8.3"}}'),
+    )
+    base: Dict[str, Any] = {"python": {"version": "3.11.9"}, "platform": {"os": "Linux 6.8.0", "arch": "x86_64", "libc": "glibc 2.39"}}
+    facts, workload = case_inputs({**base, "packages": {"torch": "2.14.0", "flash-attn": "2.6.3"},
+                                   "torch": {"version": "2.14.0", "cuda": "13.0", "cxx11_abi": True}})
+    plan = plan_fixes(rel, cat, facts, workload)
+    assert not [p for p in pins(plan) if p.startswith("flash-attn")]
+    assert not [p for a in plan.alternatives for p in pins(a.fix) if p.startswith("flash-attn")]
+    assert any("cannot be built against it" in n and "C++20" in n for n in plan.notes), plan.notes
+    facts, workload = case_inputs({**base, "packages": {"torch": "2.8.0", "flash-attn": "2.6.3"},
+                                   "torch": {"version": "2.8.0", "cuda": "12.8", "cxx11_abi": True}})
+    assert "flash-attn==2.8.3" in pins(plan_fixes(rel, cat, facts, workload))
