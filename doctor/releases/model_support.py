@@ -21,18 +21,30 @@ _Points = Tuple[List[Version], List[Optional[Tuple[str, ...]]]]
 
 
 @lru_cache(maxsize=1)
-def _table() -> Dict[str, _Points]:
+def _loaded() -> Tuple[Dict[str, _Points], Version]:
+    """The `models` table by family, and the oldest release the table was written from (its
+    `releases` table); read once."""
     from doctor.resources import rules_dir
 
     try:
         doc = json.loads((rules_dir() / "evidence" / "transformers_attention.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {}
+        return {}, Version("999")
     out: Dict[str, _Points] = {}
     for family, points in (doc.get("models") or {}).items():
         rows = sorted((Version(v), None if impls is None else tuple(impls)) for v, impls in points.items())
         out[family] = ([v for v, _ in rows], [i for _, i in rows])
-    return out
+    releases = [Version(v) for v in (doc.get("releases") or {})]
+    return out, min(releases) if releases else Version("999")
+
+
+def _table() -> Dict[str, _Points]:
+    return _loaded()[0]
+
+
+def _first_release() -> Version:
+    """The oldest transformers release the table was written from."""
+    return _loaded()[1]
 
 
 def model_supports(transformers: Optional[str], model_type: Optional[str], attention: Optional[str]) -> Optional[bool]:
@@ -79,18 +91,6 @@ def model_in_release(transformers: Optional[str], model_type: Optional[str]) -> 
     if at < 0:
         return False if points[0][0] > _first_release() else None
     return None if points[1][at] is None else True
-
-
-@lru_cache(maxsize=1)
-def _first_release() -> Version:
-    """The oldest transformers release the table was written from."""
-    from doctor.resources import rules_dir
-
-    try:
-        doc = json.loads((rules_dir() / "evidence" / "transformers_attention.json").read_text(encoding="utf-8"))
-        return min(Version(v) for v in (doc.get("releases") or {}))
-    except (OSError, ValueError):
-        return Version("999")
 
 
 # The table is keyed by the models/<folder> name; model_types that live in another family's folder.
