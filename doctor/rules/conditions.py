@@ -61,7 +61,7 @@ FACT_PATHS = frozenset(
     + [f"cudnn.{f.name}" for f in fields(CudnnInfo) if f.name != "search"]  # search: read by te.cudnn_*
     + ["cudnn.installed_is_bundled", "cudnn.loaded_incompatible", "cuda.driver_behind", "torch.arch_runs_gpu", "torch.arch_list_probed"]
     + ["flash_attn.arch_runs_gpu", "flash_attn.archs_probed"]
-    + ["te.fp8_recipe", "te.fp8_attention", "te.cudnn_first_2_4", "te.cudnn_first_2_11", "te.cudnn_file", "te.pypi_placeholder", "te.placeholder_beside_real"]
+    + ["te.fp8_recipe", "te.fp8_attention", "te.cudnn_first_2_4", "te.cudnn_first_2_11", "te.cudnn_file", "te.cudnn_runtime", "te.pypi_placeholder", "te.placeholder_beside_real"]
     + ["flash_attn.build"]
     + ["gpu.sm", "gpu.sm_max", "gpu.name", "gpu.count", "gpu.memory_mib", "python.version", "python.implementation"]
     + ["platform.os", "platform.arch", "platform.libc"]
@@ -190,6 +190,28 @@ def te_cudnn_first(te: Tuple[int, ...], search: CudnnSearch, env: Mapping[str, s
     if te >= (2, 11) and search.unversioned is not None:
         return search.unversioned, 'dlopen("libcudnn.so")'
     return None, ""
+
+
+def _te_cudnn_runtime(facts: Facts) -> Value:
+    """te.cudnn_runtime: the cuDNN version TransformerEngine 2.11+ finds at import, which is what
+    TE 2.20's import check reads (cudnnGetVersion through the global scope, where TE's own
+    RTLD_GLOBAL load of the file its search finds first comes before the wheel: sample 39's
+    device run). The file found first (te_cudnn_first, the 2.11+ search) where the probe searched;
+    else, and where the search reaches the wheels, the cuDNN torch loads (cudnn.version)."""
+    search = facts.cudnn.search
+    found = None
+    if search is not None and facts.env is not None:
+        try:
+            found, _how = te_cudnn_first((2, 11), search, facts.env)
+        except LookupError:
+            found = None
+    if found is not None:
+        if found.version is None:
+            return _unknown("cudnn.search", facts, f"the version of {found.path} is not known")
+        return Value(True, found.version)
+    if facts.cudnn.version is None:
+        return _unknown("cudnn.version", facts, "torch's cuDNN was not probed")
+    return Value(True, facts.cudnn.version)
 
 
 def _te_cudnn(path: str, facts: Facts) -> Value:
@@ -371,6 +393,8 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
         return Value(True, not te_dpa_f16(rel.release, facts.env.get("NVTE_DPA_FP8_RECIPE")))
     if path in ("te.cudnn_first_2_4", "te.cudnn_first_2_11", "te.cudnn_file"):
         return _te_cudnn(path, facts)
+    if path == "te.cudnn_runtime":
+        return _te_cudnn_runtime(facts)
     if path == "te.pypi_placeholder":
         # TE distributions are installed, and every one is PyPI's empty 0.0.0 placeholder (no
         # transformer_engine package): `package.transformer-engine` reads none there (installed_te)
