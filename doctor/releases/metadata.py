@@ -54,11 +54,12 @@ METADATA_FLOOR = {
     "deepspeed": "0.14.0",
     "llamafactory": "0.7.1",
     # 2.x too: its wheels cap transformers (<4.41 in 2.0.0-2.0.4 ... <4.48 in 2.5.2-2.6.1), which
-    # XTuner sequence-parallel fixes (transformers pins) must respect
-    "ms-swift": "2.0.0",
+    # XTuner sequence-parallel fixes (transformers pins) must respect; 1.x's cap it too (<4.37 in
+    # 1.5.0-1.5.3 ... <4.39 in 1.6.2-1.7.3)
+    "ms-swift": "1.0.0",
     "verl": "0.2.0",
-    "unsloth": "2025.1",
-    "unsloth-zoo": "2025.3",
+    "unsloth": "2024.8",
+    "unsloth-zoo": "2024.10",
 }
 
 Http = Callable[[str, Optional[Tuple[int, int]]], bytes]  # url, byte range (start, end incl.) -> body
