@@ -34,7 +34,7 @@ from doctor.fix.companions import torch_companions
 from doctor.fix.install import extras_for, install_commands
 from doctor.fix.recheck import apply_fix, compare, marker_machine, moved_text, pip_moves
 from doctor.fix.resolve import Resolution, resolve
-from doctor.releases.wheels import WheelChoice, choose_wheel, source_build_fails, wheel_target
+from doctor.releases.wheels import WheelChoice, choose_wheel, flash_attn_unbuildable, source_build_fails, wheel_target
 from doctor.model import Facts, Finding, Fix, Pin, Severity, Workload
 from doctor.releases.catalogue import ReleaseCatalogue, cuda_major_after, torch_bundle
 from doctor.rules.conditions import Context
@@ -565,37 +565,13 @@ class _Planner:
         merged = _Merged(pins=pins, env=env, workload=wl, config=config, companions=[], notes=[])
         self._torch_companions(merged)
         self._exact_pin_companions(merged)
-        why = self._flash_attn_unbuildable(merged)
+        why = flash_attn_unbuildable(self.rel, self.facts, merged.pins)
         if why:
+            why = f"not planned: {why}"
             if why not in self.notes:
                 self.notes.append(why)
             return None
         return merged
-
-    def _flash_attn_unbuildable(self, merged: _Merged) -> Optional[str]:
-        """Why the flash-attn this plan installs (a pinned release, or the installed one rebuilt
-        for a new torch line) can neither come from a wheel nor be compiled, or None: a plan
-        that needs such a build is no plan (doctor.releases.wheels.source_build_fails)."""
-        new_torch = merged.pins.get("torch")
-        moved = bool(new_torch) and _mm(new_torch or "") != _mm(self.torch0)
-        have = self.installed.get("flash-attn")
-        fa = merged.pins.get("flash-attn")
-        if fa is None:
-            if not moved or have is None:
-                return None
-            fa = have
-        elif not moved and have is not None and _v(fa).public == _v(have).public:
-            return None  # nothing to install
-        target = wheel_target(self.facts, new_torch)
-        if target is None:
-            return None
-        choice = choose_wheel(self.rel, _v(fa).public, target)
-        if choice.available or not choice.build_fails:
-            return None
-        return (
-            f"not planned: flash-attn {_v(fa).public} has no prebuilt wheel for torch {target.torch} and cannot be "
-            f"built against it ({choice.build_fails})"
-        )
 
     def _exact_pin_companions(self, merged: _Merged) -> None:
         """A torch move carries the installed torchvision, torchaudio and xformers to the releases

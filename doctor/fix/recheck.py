@@ -169,33 +169,14 @@ def uninstallable(facts: Facts, fix: Fix) -> Tuple[str, ...]:
         elif not rel.cuda_build_ok(pin.name, pin.version, platform, facts.torch.version or (facts.packages or {}).get("torch")):
             out.append(f"PyPI's {pin.name}=={pin.version} for {platform} is a CPU-only build")
         elif pin.name == "flash-attn":
-            why = _flash_attn_unbuildable(rel, facts, fix, pin.version)
+            from doctor.releases.wheels import flash_attn_unbuildable
+
+            why = flash_attn_unbuildable(rel, facts, {p.name: p.version for p in fix.pins})
             if why:
                 out.append(why)
     if not out:
         out.extend(_breaks_installed(rel, facts, fix, python))
     return tuple(out)
-
-
-def _flash_attn_unbuildable(rel: "ReleaseCatalogue", facts: Facts, fix: Fix, version: str) -> Optional[str]:
-    """A flash-attn pin with no prebuilt wheel for the torch it would run with, whose source build
-    cannot compile against that torch (torch >= 2.14's C++20 headers: doctor.releases.wheels.
-    source_build_fails), the same test as the planner's. The installed release, torch unmoved,
-    needs no install."""
-    from doctor.releases.wheels import choose_wheel, wheel_target
-
-    torch_pin = next((p.version for p in fix.pins if p.name == "torch"), None)
-    have = parse_version((facts.packages or {}).get("flash-attn") or "")
-    want = parse_version(version)
-    if torch_pin is None and have is not None and want is not None and have.public == want.public:
-        return None
-    target = wheel_target(facts, torch_pin)
-    if target is None:
-        return None
-    choice = choose_wheel(rel, version, target)
-    if choice.available or not choice.build_fails:
-        return None
-    return f"flash-attn=={version} has no prebuilt wheel for torch {target.torch} and cannot be built against it (C++20 headers)"
 
 
 def _breaks_installed(rel: "ReleaseCatalogue", facts: Facts, fix: Fix, python: Optional[str]) -> List[str]:

@@ -23,7 +23,7 @@ a CUDA minor mismatch is fine, a torch minor mismatch is not (Dao-AILab/flash-at
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Mapping, Optional, Tuple
 
 from doctor.model import Facts
 from doctor.releases.catalogue import BrokenWheel, FlashAttnBuild, ReleaseCatalogue, torch_bundle
@@ -173,6 +173,31 @@ def source_build_fails(version: str, target: WheelTarget) -> Optional[str]:
         f"flash-attn {version}'s setup.py compiles with -std=c++17 and torch {target.torch}'s headers "
         "require C++20 (ATen.h stops the compile): this build fails unless its flags are changed"
     )
+
+
+def flash_attn_unbuildable(rel: ReleaseCatalogue, facts: Facts, pins: "Mapping[str, str]") -> Optional[str]:
+    """Why the flash-attn that installing `pins` over `facts` needs (a pinned release, or the
+    installed one rebuilt for a new torch line) can neither come from a prebuilt wheel nor be
+    compiled against the torch it runs with (source_build_fails), or None. The fix planner refuses
+    such a plan and the fix re-check counts such a pin as not installable."""
+    torch0 = facts.torch.version or (facts.packages or {}).get("torch")
+    new_torch = pins.get("torch")
+    moved = new_torch is not None and _mm(new_torch) != _mm(torch0 or "")
+    have = parse_version((facts.packages or {}).get("flash-attn") or "")
+    want = parse_version(pins.get("flash-attn") or "")
+    if want is None:
+        if not moved or have is None:
+            return None
+        want = have
+    elif not moved and have is not None and have.public == want.public:
+        return None  # nothing to install
+    target = wheel_target(facts, new_torch)
+    if target is None:
+        return None
+    choice = choose_wheel(rel, want.public, target)
+    if choice.available or not choice.build_fails:
+        return None
+    return f"flash-attn=={want.public} has no prebuilt wheel for torch {target.torch} and cannot be built against it ({choice.build_fails})"
 
 
 def choose_wheel(rel: ReleaseCatalogue, version: str, target: WheelTarget) -> WheelChoice:

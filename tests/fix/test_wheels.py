@@ -105,3 +105,24 @@ def test_target_from_facts_fills_in_the_pypi_build() -> None:
     assert probed is not None and (probed.cuda, probed.cxx11_abi, probed.assumed) == ("12.4", True, ())
     cpu = wheel_target(Facts(torch=TorchInfo(version="2.13.0+cpu")))
     assert cpu is not None and cpu.cuda is None
+
+
+def test_flash_attn_unbuildable_names_a_needed_build_that_cannot_compile(rel) -> None:  # type: ignore[no-untyped-def]
+    """What the planner refuses and the re-check counts as not installable: a flash-attn that must
+    be compiled against torch >= 2.14 (no wheel; C++20 headers), not the installed release left as
+    it is, nor a build against torch 2.13."""
+    from doctor.fix.recheck import uninstallable
+    from doctor.model import Fix, Pin
+    from doctor.releases.wheels import flash_attn_unbuildable
+    from doctor.rules.cases import case_inputs
+
+    def facts(torch: str):  # type: ignore[no-untyped-def]
+        f, _ = case_inputs({"packages": {"torch": torch, "flash-attn": "2.6.3"}, "torch": {"version": torch, "cuda": "13.0", "cxx11_abi": True},
+                            "python": {"version": "3.12.3"}, "platform": {"os": "Linux 6.8.0", "arch": "x86_64", "libc": "glibc 2.39"}})
+        return f
+
+    why = flash_attn_unbuildable(rel, facts("2.14.0"), {"flash-attn": "2.8.3"})
+    assert why and "flash-attn==2.8.3" in why and "C++20" in why
+    assert flash_attn_unbuildable(rel, facts("2.14.0"), {"flash-attn": "2.6.3"}) is None  # nothing to install
+    assert flash_attn_unbuildable(rel, facts("2.13.0"), {"flash-attn": "2.8.3"}) is None  # a build compiles there
+    assert any("C++20" in u for u in uninstallable(facts("2.14.0"), Fix("x", pins=(Pin("flash-attn", "2.8.3"),))))
