@@ -49,6 +49,7 @@ NAMES = frozenset(
         "SEQUENCE_PARALLEL_IMPL",  # ms-swift 3.4.1-3.8.x pick their sequence-parallel code (SWIFT-ULYSSES-HEADS)
         "DS_CEPH_DIR",  # XTuner 0.1.x's __init__ imports xtuner.utils (and so deepspeed) when set (XTUNER-11)
         "HSA_XNACK",  # ROCm: with 1, HIP names the GPU ...:xnack+, which torch 2.3-2.5's AOTriton does not map (SDPA-*-ROCM-XNACK-*)
+        "FA_DISABLE_2CTA",  # flash-attn-4 4.0.0b36+: with it the generic hd256 backward refuses (FA4-SOFTCAP-HEAD-DIM-256, FA4-HD256-LOCAL)
         "USE_MCA",  # LLaMA-Factory 0.9.4+ takes its Megatron-Core route (mcore_adapter), which imports TE (te_pytorch_imported)
     }
 )
