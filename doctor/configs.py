@@ -4,7 +4,7 @@
 
 | kind | recognised by | what it gives |
 |---|---|---|
-| axolotl | YAML with base_model and axolotl's attention/packing keys (`attn_implementation:`, 0.17+, or the legacy flags) | attention, packing, seq, dtype, CP (ring-flash-attn), FSDP/DeepSpeed, gradient accumulation |
+| axolotl | YAML with base_model and axolotl's attention/packing keys (`attn_implementation:`, 0.17+, or the legacy flags) | attention, packing, seq, dtype, CP (ring-flash-attn), FSDP/DeepSpeed, gradient accumulation; the attention keys in axolotl's own terms for its config checks (axolotl_attn, axolotl_flash_flag, axolotl_glm_dsa) |
 | llamafactory | YAML with model_name_or_path and stage/finetuning_type/template | attention, packing, seq, dtype |
 | accelerate | YAML with compute_environment / distributed_type | dtype, CP (torch ring attention) |
 | verl | YAML with `actor_rollout_ref:` (PPO/GRPO trainer) or verl's SFT keys (`ulysses_sequence_parallel_size`, `model.partial_pretrain`) | attention (verl's FSDP workers load flash_attention_2 unless told otherwise), strategy (FSDP / Megatron workers, also from Hydra defaults; torchtitan/VeOmni noted), Ulysses size (actor or its fsdp_config), remove-padding, seq |
@@ -108,20 +108,56 @@ def _dtype(t: _Taker, src: str, doc: Mapping[str, Any]) -> None:
             return
 
 
+# axolotl's legacy boolean attention flags in its own priority (0.17.0 utils/schemas/enums.py:116-123,
+# unchanged to 0.21.0; 0.17+ config.py normalize_attn_implementation maps the first one set)
+_AXOLOTL_FLAGS = (("xformers_attention", "xformers"), ("sage_attention", "sage"), ("flex_attention", "flex_attention"),
+                  ("flash_attention", "flash_attention_2"), ("sdp_attention", "sdpa"), ("eager_attention", "eager"))
+
+
 def _axolotl(t: _Taker, doc: Mapping[str, Any]) -> None:
     t.put("axolotl", "framework", "axolotl")
     impl = None
-    # `attn_implementation:` (axolotl 0.17+; 0.19 lists flash_attention_4 among its canonical
-    # names) is handed to from_pretrained as is (loaders/model.py _set_attention_config); it
-    # replaces the legacy boolean flags. Hub-kernel paths and axolotl's own backends (xformers,
-    # sage, fp8, flash_attention_torch) are not transformers built-ins: noted, not read.
-    if doc.get("attn_implementation") is not None:
-        attn = str(doc["attn_implementation"])
+    flags = [(key, value) for key, value in _AXOLOTL_FLAGS if key in doc and doc[key] is not None and t.bool_(key, doc[key])]
+    given = doc.get("attn_implementation")
+    # axolotl's own config checks read different keys per release (its context-parallel check: the
+    # flash_attention flag alone in 0.8-0.16, the resolved attn_implementation from 0.17): what the
+    # config says is kept in axolotl's terms for them (Workload.axolotl_attn/_flash_flag/_glm_dsa)
+    if given is not None and flags:
+        axolotl_attn = "conflict"
+    elif given is not None:
+        axolotl_attn = str(given)
+    elif flags:
+        axolotl_attn = flags[0][1]
+    elif doc.get("gemma4_hybrid_attn_impl") is not None and t.bool_("gemma4_hybrid_attn_impl", doc["gemma4_hybrid_attn_impl"]):
+        # 0.17+ default it to flash_attention_2 when nothing else is named (0.17.0 config.py:1451-1458)
+        axolotl_attn = "flash_attention_2"
+    else:
+        axolotl_attn = "none"
+    keys = ([f"attn_implementation: {given}"] if given is not None else []) + [f"{k}: true" for k, _ in flags]
+    t.put(", ".join(keys) or "no attention key", "axolotl_attn", axolotl_attn)
+    flash_flag = any(k == "flash_attention" for k, _ in flags)
+    t.put("flash_attention: true" if flash_flag else "flash_attention not set", "axolotl_flash_flag", flash_flag)
+    # use_glm_dsa_kernels is a KernelsArgs field (0.18.0 integrations/kernels/args.py:54), part of
+    # the config only with the kernels plugin listed
+    plugins = doc.get("plugins") if isinstance(doc.get("plugins"), list) else []
+    glm = ("use_glm_dsa_kernels" in doc and doc["use_glm_dsa_kernels"] is not None and t.bool_("use_glm_dsa_kernels", doc["use_glm_dsa_kernels"])
+           and any(str(p).startswith("axolotl.integrations.kernels") for p in plugins))
+    if glm:
+        t.put("use_glm_dsa_kernels: true (kernels plugin)", "axolotl_glm_dsa", True)
+    # `attn_implementation:` (0.12+; 0.17+ make it the canonical key, 0.19 lists flash_attention_4
+    # among its names) is handed to from_pretrained as is (0.12.0 loaders/model.py:602-603, 0.16.1
+    # :627-628, 0.17+ _set_attention_config) and wins over the legacy flags there. Hub-kernel paths
+    # and axolotl's own backends (xformers, sage, fp8, flash_attention_torch) are not transformers
+    # built-ins: noted, not read.
+    if given is not None:
+        attn = str(given)
         if t.attention(f"attn_implementation: {attn}", "attn_implementation", attn):
             impl = attn
     else:
-        for key, value in (("flash_attention", "flash_attention_2"), ("sdp_attention", "sdpa"), ("flex_attention", "flex_attention"), ("eager_attention", "eager")):
-            if key in doc and doc[key] is not None and t.bool_(key, doc[key]):
+        # the loaders take flex before flash (0.11.0 loaders/model.py:538-550, 0.16.1 :629-637; 0.17+
+        # by the priority above); xformers and sage are axolotl's own, not read here
+        for key, value in (("flex_attention", "flex_attention"), ("flash_attention", "flash_attention_2"), ("sdp_attention", "sdpa"), ("eager_attention", "eager")):
+            if any(k == key for k, _ in flags):
                 impl = value
                 t.put(f"{key}: true", "attn_implementation", value)
                 break

@@ -480,6 +480,18 @@ class Workload:
     # the attention softmax TE is asked for (SOFTMAX_TYPES): vanilla, or a sink softmax
     # (off-by-one, learnable); None: not stated, so not known
     softmax_type: Optional[str] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
+    # What an axolotl config says about attention in axolotl's own terms, for axolotl's own config
+    # checks, which read different keys per release (the config reader sets them; None: no axolotl
+    # config read and not stated). axolotl_attn: the attn_implementation axolotl 0.17+ resolves, the
+    # `attn_implementation:` value as written (a Hub-kernel path or axolotl's own backend included),
+    # else the first legacy flag set in axolotl's priority (xformers, sage, flex, flash, sdp, eager:
+    # 0.17.0 utils/schemas/enums.py:116-123), else "none"; "conflict" where both are given (0.17+
+    # refuse that at config load, config.py:1465-1470). axolotl_flash_flag: `flash_attention: true`
+    # is set (the one key 0.8-0.16's context-parallel check reads). axolotl_glm_dsa:
+    # `use_glm_dsa_kernels: true` with the kernels plugin listed (0.18+ skip that check for it)
+    axolotl_attn: Optional[str] = None
+    axolotl_flash_flag: Optional[bool] = None
+    axolotl_glm_dsa: Optional[bool] = None
     source: str = "default profile"
     defaulted: Tuple[str, ...] = ()
 

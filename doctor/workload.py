@@ -85,7 +85,14 @@ KEYS = (
     "static_cache",
     "finetune",
     "softmax_type",
+    "axolotl_attn",
+    "axolotl_flash_flag",
+    "axolotl_glm_dsa",
 )
+
+# axolotl's attention name as its config gives it (a canonical name, a Hub-kernel path such as
+# kernels-community/flash-attn2@v2:flash_attn, "none" or "conflict"; see Workload.axolotl_attn)
+_AXOLOTL_ATTN = re.compile(r"[A-Za-z0-9_./@:+-]{1,200}")
 
 # a config.json model_type (the outer model's, or its text_config's)
 _MODEL_TYPE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -94,7 +101,7 @@ _MODEL_TYPE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 # A workload key whose command-line flag has another name: `--distributed` is check's own option
 # (run on every rank), so the parallelism strategy (fsdp, deepspeed, megatron, ...) is `--strategy`
 FLAG_NAMES = {"distributed": "strategy"}
-BOOL_KEYS = ("alibi", "alibi_custom_slopes", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "paged_kv_cache", "sdpa_fa3", "pad_between_seqs", "xformers", "vision_tower", "qkv_weight_interleaved", "use_cache", "deterministic_flash_attn", "gradient_checkpointing", "model_compile", "static_cache")
+BOOL_KEYS = ("alibi", "alibi_custom_slopes", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "paged_kv_cache", "sdpa_fa3", "pad_between_seqs", "xformers", "vision_tower", "qkv_weight_interleaved", "use_cache", "deterministic_flash_attn", "gradient_checkpointing", "model_compile", "static_cache", "axolotl_flash_flag", "axolotl_glm_dsa")
 
 _DTYPE_ALIASES = {
     "float16": "fp16",
@@ -197,6 +204,11 @@ def build(
             out["distributed"] = _choice(key, value, DISTRIBUTED, path, line)
         elif key == "finetune":
             out["finetune"] = _choice(key, str(value).replace("-", "_"), FINETUNES, path, line)
+        elif key == "axolotl_attn":
+            text = str(value).strip()
+            if not _AXOLOTL_ATTN.fullmatch(text):
+                raise _bad(key, value, "expected an axolotl attention name (flash_attention_2, sdpa, xformers, a Hub kernel path, none, conflict)", path, line)
+            out[key] = text
         elif key == "softmax_type":
             out["softmax_type"] = _choice(key, str(value).replace("_", "-"), SOFTMAX_TYPES, path, line)
         elif key == "attention_backend":

@@ -403,3 +403,18 @@ def test_a_nemo_gpt_oss_run_defaults_to_the_learnable_sink_its_config_sets(tmp_p
     assert resolve_workload(workload_file=f).softmax_type == "vanilla"
     f.write_text("framework: megatron\nmodel_type: gpt_oss\n")
     assert resolve_workload(workload_file=f).softmax_type is None
+
+
+def test_axolotl_attention_keys_are_workload_values(tmp_path: Path) -> None:
+    # sample-41 fix-C: what an axolotl config names, in axolotl's terms (the config reader sets them)
+    assert resolve_workload().axolotl_attn is None and resolve_workload().axolotl_flash_flag is None
+    f = tmp_path / "w.yaml"
+    f.write_text("framework: axolotl\naxolotl_attn: kernels-community/flash-attn2\naxolotl_flash_flag: true\naxolotl_glm_dsa: false\n")
+    w = resolve_workload(workload_file=f)
+    assert (w.axolotl_attn, w.axolotl_flash_flag, w.axolotl_glm_dsa) == ("kernels-community/flash-attn2", True, False)
+    assert resolve_workload(flags=parse_workload_flags(["--axolotl-attn", "none", "--no-axolotl-flash-flag"])).axolotl_flash_flag is False
+    f.write_text("axolotl_attn: 'flash attention'\n")
+    with pytest.raises(InputError) as exc:
+        resolve_workload(workload_file=f)
+    assert "axolotl_attn='flash attention'" in exc.value.one_line()
+

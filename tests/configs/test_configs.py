@@ -100,6 +100,45 @@ def test_axolotl_attn_implementation_key_is_read(tmp_path: Path) -> None:
     assert "attn_implementation" not in got.workload and any("xformers" in n for n in got.notes)
 
 
+@pytest.mark.parametrize(
+    "text,attn,flag,runtime",
+    [
+        # no attention key: 0.8-0.19 refuse context parallelism, 0.20+ take it; transformers' default runs
+        ("", "none", False, None),
+        # 0.8-0.16's check reads the flag only; 0.17+ take the key
+        ("attn_implementation: flash_attention_2\n", "flash_attention_2", False, "flash_attention_2"),
+        # the loaders (0.11+) and 0.17+'s flag priority take flex before flash
+        ("flex_attention: true\nflash_attention: true\n", "flex_attention", True, "flex_attention"),
+        # xformers comes first in 0.17+'s priority; it is axolotl's own backend, not a transformers one
+        ("xformers_attention: true\n", "xformers", False, None),
+        # the key beside a legacy flag: 0.17+ refuse it at config load; before, the flag passes the check
+        ("flash_attention: true\nattn_implementation: sdpa\n", "conflict", True, "sdpa"),
+        ("attn_implementation: kernels-community/flash-attn2\n", "kernels-community/flash-attn2", False, None),
+        ("gemma4_hybrid_attn_impl: true\n", "flash_attention_2", False, None),
+    ],
+)
+def test_axolotl_attention_keys_are_kept_in_axolotl_terms(tmp_path: Path, text: str, attn: str, flag: bool, runtime: Any) -> None:
+    # sample-41 fix-C: axolotl's context-parallel check reads the flash_attention flag (0.8-0.16) or
+    # the attn_implementation 0.17+ resolve; the reader is version-blind, so it keeps both
+    cfg = tmp_path / "axolotl.yaml"
+    cfg.write_text("base_model: x\ncontext_parallel_size: 2\n" + text)
+    got = read_config(cfg)
+    assert got.workload["axolotl_attn"] == attn
+    assert got.workload["axolotl_flash_flag"] is flag
+    assert got.workload.get("attn_implementation") == runtime
+    assert "axolotl_glm_dsa" not in got.workload
+
+
+def test_axolotl_glm_dsa_kernels_need_the_kernels_plugin(tmp_path: Path) -> None:
+    # use_glm_dsa_kernels is a KernelsArgs field (0.18.0 integrations/kernels/args.py:54): without
+    # the plugin listed pydantic drops the key and the check runs
+    cfg = tmp_path / "axolotl.yaml"
+    cfg.write_text("base_model: x\nattn_implementation: sdpa\nuse_glm_dsa_kernels: true\ncontext_parallel_size: 2\n")
+    assert "axolotl_glm_dsa" not in read_config(cfg).workload
+    cfg.write_text(cfg.read_text() + "plugins:\n  - axolotl.integrations.kernels.KernelsPlugin\n")
+    assert read_config(cfg).workload["axolotl_glm_dsa"] is True
+
+
 def test_axolotl_gradient_checkpointing_is_read(tmp_path: Path) -> None:
     # axolotl takes a boolean or "offload"/"offload_disk" (checkpointing with activation offload)
     cfg = tmp_path / "axolotl.yaml"
@@ -198,6 +237,20 @@ def test_a_package_list_is_checked_as_a_partial_snapshot(capsys: pytest.CaptureF
     assert code == 1 and "XTUNER-01-TRANSFORMERS-FA-FORWARD" in fired
     assert any("pinned package" in n for n in doc["notes"])
     assert doc["call_path"]["framework"] == "xtuner" and "framework" in doc["call_path"]["inferred"]
+
+
+def test_an_axolotl_config_naming_no_attention_meets_the_cp_check(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """sample-41 fix-C: axolotl 0.12 refuses context parallelism unless flash_attention is set; a
+    config naming no attention reaches AXOLOTL-CP-NEEDS-FLASH-ATTENTION through the reader, and 0.20
+    takes it."""
+    cfg = tmp_path / "axolotl.yaml"
+    cfg.write_text("base_model: meta-llama/Llama-3.1-8B\ncontext_parallel_size: 2\nbf16: true\n")
+    req = tmp_path / "requirements.txt"
+    for axolotl, want in (("0.12.0", True), ("0.20.0", False)):
+        req.write_text(f"axolotl=={axolotl}\ntransformers==4.55.0\nring-flash-attn==0.1.7\n")
+        _, doc, _ = _check(capsys, "--config", str(cfg), "--config", str(req))
+        fired = {f["rule_id"] for f in doc["findings"] if f["status"] == "fired"}
+        assert ("AXOLOTL-CP-NEEDS-FLASH-ATTENTION" in fired) is want, (axolotl, sorted(fired))
 
 
 def test_what_a_config_gave_is_in_every_format(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
