@@ -61,8 +61,9 @@ HF_BASED = ("transformers", "trl", "peft", "accelerate", "deepspeed", "axolotl",
 # Stated frameworks that, with no attn_implementation stated, load the model with transformers'
 # own default (sdpa for a model with an SDPA class; default_attention lists where not) and run its sdpa_attention_forward: the
 # backend rules, decided before the transformers backend is chosen, read the GQA form of that
-# call (verl and XTuner set flash_attention_2 themselves, unsloth and diffusers call SDPA from
-# their own code)
+# call (verl and XTuner set flash_attention_2 themselves, which default_attention says for verl;
+# unsloth and diffusers call SDPA from their own code, unsloth 2026.4.1+ FastModel picks
+# flash_attention_2 itself: unsloth_default_attention)
 HF_DEFAULT_SDPA = ("transformers", "trl", "peft", "accelerate", "deepspeed", "axolotl", "llamafactory", "ms-swift")
 # Whose sequence parallelism each framework uses when it shards the sequence.
 # (Megatron-LM, NeMo and every trainer's Megatron route hand CP to TE: megatron_core decides that first.)
@@ -270,7 +271,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
     has_sdpa = model_supports(packages.get("transformers"), workload.model_type, "sdpa")
     t = facts.torch
     gpu_torch = None if t.version is None else bool((t.cuda or t.hip) and t.cuda_available is not False)
-    default_attn = default_attention(workload, packages, framework, has_sdpa, gpu_torch)
+    default_attn = default_attention(workload, packages, framework, has_sdpa, gpu_torch, unsloth_flash_usable(facts))
     # the backend pass (no library decided yet) reads the default call only for a stated framework
     stated_default = default_attn if workload.framework is not None else None
     default_library = LIBRARY_OF_IMPL.get(stated_default or "") if library is None else None
@@ -366,7 +367,70 @@ def framework_attention(workload: Workload, packages: Mapping[str, str], framewo
     return "sdpa"
 
 
-def default_attention(workload: Workload, packages: Mapping[str, str], framework: Optional[str] = None, has_sdpa: Optional[bool] = None, gpu_torch: Optional[bool] = None) -> Optional[str]:
+def unsloth_flash_usable(facts: Facts) -> Optional[bool]:
+    """unsloth's HAS_FLASH_ATTENTION (2026.4.1 models/_utils.py:922-1022, 2026.10.9 :4324-4410):
+    a flash_attn module whose flash_attn_interface imports, on a CUDA torch whose current device
+    is sm 8.0 or newer, or on any ROCm torch. None: the torch build or the GPU was not probed."""
+    from doctor.versions import version_matches
+
+    v = (facts.packages or {}).get("flash-attn")
+    if v is None or version_matches(v, FLASH_ATTN_HOPPER_DIST):
+        return False  # no flash_attn module (a hopper/ build names its modules otherwise)
+    st = facts.imports.get("flash_attn") or facts.imports.get("flash_attn_2_cuda")
+    if st is not None and st.status in ("error", "missing", "timeout"):
+        return False
+    t = facts.torch
+    if t.hip:
+        return True
+    if t.version is not None and not t.cuda:
+        return False
+    if not facts.gpus:
+        return None
+    return facts.gpus[0].sm >= 80
+
+
+# the flash-attn distributions that are hopper/ builds with no flash_attn module (FlashAttention-3
+# 3.0.0b1; doctor.rules.conditions FLASH_ATTN_FA3_HOPPER says the same)
+FLASH_ATTN_HOPPER_DIST = ">=3.0.0a0,<=3.0.0"
+# families unsloth 2026.4.1+ keeps off flash_attention_2 in some of its releases (eager-only
+# gemma3n and deepseek_v4, flash-excluded gpt_oss/deepseek_v4/mllama, flex-preferred gemma3,
+# gemma3_text, shieldgemma2: 2026.4.1 _utils.py:233-234, 2026.6.1 :239-243, 2026.8.1 :394-412,
+# 2026.10.9 :520-531); their per-release choice is not modelled: left to transformers' default
+UNSLOTH_FA2_UNMODELLED = ("gemma3n", "deepseek_v4", "gpt_oss", "mllama", "gemma3", "gemma3_text", "shieldgemma2")
+
+
+def unsloth_default_attention(workload: Workload, packages: Mapping[str, str], flash_usable: Optional[bool]) -> Optional[str]:
+    """flash_attention_2 where unsloth's FastModel picks it with no attn_implementation asked for,
+    else None (transformers' own default stands). From 2026.4.1 FastBaseModel.from_pretrained
+    sets the attn_implementation itself when none is passed (2026.4.1 vision.py:621 and :632-633;
+    2026.10.9 vision.py:3730-3739): flash_attention_2 first where unsloth's HAS_FLASH_ATTENTION
+    holds (unsloth_flash_usable; None read as yes) and the model class declares FA2
+    (path.model_has_fa2; unknown read as yes) (2026.4.1 _utils.py:254-269 determine_attention_implementation,
+    2026.6.1 :495, 2026.10.9 :2964-3021 resolve_attention_implementation). 2026.3.18 and earlier
+    pass no attn_implementation of their own there (vision.py:612-631: flex or sdpa). On the
+    FastModel route only (a stated full fine-tuning or 8-bit load, or a family unsloth's own
+    loaders do not patch: rules/conditions.yaml unsloth_transformers_route). Not modelled (None):
+    the flex fallback without flash-attn (2026.2.1+), the families in UNSLOTH_FA2_UNMODELLED,
+    a float32 load (2026.10.9 drops flash for it, :2997-3000) and a head dim above 256
+    (2026.6.1+ _get_flash_attention_disable_reason)."""
+    from doctor.versions import version_matches
+
+    uns = packages.get("unsloth")
+    if uns is None or not version_matches(uns, ">=2026.4.1"):
+        return None
+    if workload.finetune != "full" and unsloth_own_family(workload.model_type, packages) is not False:
+        return None
+    if flash_usable is False or workload.model_type in UNSLOTH_FA2_UNMODELLED or workload.dtype == "fp32":
+        return None
+    if workload.head_dim_max > 256:
+        return None
+    if model_supports(packages.get("transformers"), workload.model_type, "flash_attention_2") is False:
+        return None
+    return "flash_attention_2"
+
+
+def default_attention(workload: Workload, packages: Mapping[str, str], framework: Optional[str] = None, has_sdpa: Optional[bool] = None, gpu_torch: Optional[bool] = None,
+                      unsloth_flash: Optional[bool] = None) -> Optional[str]:
     """The attn_implementation a transformers model is loaded with when the workload states none,
     for a transformers-based framework (`framework`: the stated or inferred one; None reads the
     stated one; `has_sdpa`: path.model_has_sdpa, when the caller has it). The one place this knowledge lives: the transformers backend table orders by it
@@ -399,8 +463,13 @@ def default_attention(workload: Workload, packages: Mapping[str, str], framework
       installed (raises for want of a device_map in from_pretrained; a device_map or from_config
       would keep flash_attention_2, not modelled) and 4.54-4.55.2 without it fall back to sdpa;
       4.56-4.57 with `kernels` installed first try a Hub kernel (not modelled);
+    - flash_attention_2: verl's FSDP workers (not `distributed: megatron`), which load it when
+      none is configured in every release (v0.2-v0.6.0 fsdp_workers.py hard-code it: v0.3.0.post1
+      :202, v0.4.1 :221, v0.5.0 :254; v0.6.1 :318 and v0.7.0 :331 read
+      override_config.attn_implementation with flash_attention_2 as its default, as 0.8.0 and 0.9.1
+      workers/config/model.py:185 do); unsloth 2026.4.1+ FastModel (unsloth_default_attention);
     - None: an attn_implementation is stated, the framework is not transformers-based or picks
-      attention itself (verl, XTuner when training, unsloth, diffusers), or nothing runs (ms-swift 3.4.1+ with
+      attention itself (XTuner when training, unsloth off the case above, diffusers), or nothing runs (ms-swift 3.4.1+ with
       padding_free/packing refuses them without a flash attn_impl before the model is built:
       3.4.1 train_args.py:139-141 (--packing, the only flag then), 3.5.0 :135-143, 3.7.0 :136-144;
       SWIFT-PACKING-NEEDS-FLASH-ATTN; an unknown ms-swift is read the same)."""
@@ -411,6 +480,10 @@ def default_attention(workload: Workload, packages: Mapping[str, str], framework
     # chat`/mmbench load the plain transformers model with no attn_implementation (v0.1.23
     # tools/chat.py:235, v0.2.0 :264): transformers' own default (check-R3 of sample 30)
     xtuner_inference = framework == "xtuner" and workload.training is False
+    if workload.attn_implementation is None and framework == "verl" and workload.distributed != "megatron":
+        return "flash_attention_2"
+    if workload.attn_implementation is None and framework == "unsloth":
+        return unsloth_default_attention(workload, packages, unsloth_flash)
     if workload.attn_implementation is not None or (framework not in HF_DEFAULT_SDPA and not xtuner_inference):
         return None
     tf, model = packages.get("transformers"), workload.model_type

@@ -66,9 +66,11 @@ def test_transformers_sdpa_gqa_form(tf: str, workload: Dict[str, Any], env: Opti
         ("transformers", "4.53.0", {}, "repeat_kv"),
         ("trl", "4.57.1", {"mask": "padding_causal"}, "repeat_kv"),
         ("transformers", "4.57.1", {}, "enable_gqa"),
-        # verl and XTuner set flash_attention_2 themselves, unsloth calls SDPA from its own code:
-        # no guess; nor with no framework stated (code may call SDPA itself)
-        ("verl", "4.53.0", {}, None),
+        # verl's FSDP workers load flash_attention_2 when none is configured (v0.5.0
+        # fsdp_workers.py:254; callpath.default_attention): flash-attn's native GQA. unsloth
+        # 2025.6.1 calls SDPA from its own code: no guess; nor with no framework stated (code
+        # may call SDPA itself)
+        ("verl", "4.53.0", {}, "native"),
         ("unsloth", "4.53.0", {}, None),
         (None, "4.53.0", {}, None),
     ],
@@ -133,7 +135,7 @@ def test_default_sdpa_follows_what_runs(packages: Dict[str, str], workload: Dict
         assert path.packed_mask is False
         # eager (transformers' eager_attention_forward repeats kv heads), flash-attn (native), or
         # nothing runs (ms-swift's refusal: unknown)
-        want_gqa = {"verl": None, "ms-swift": None, "llamafactory": "native"}.get(workload["framework"], "repeat_kv")
+        want_gqa = {"verl": "native", "ms-swift": None, "llamafactory": "native"}.get(workload["framework"], "repeat_kv")
         assert path.gqa_form == want_gqa
 
 
@@ -546,3 +548,65 @@ def test_te_placeholder_is_no_transformer_engine() -> None:
     assert all(b.available is False for b in d.backends if b.framework == "transformer-engine")
     assert d.result("TE-PYPI-PLACEHOLDER-INSTALLED").status == "fired"
     assert d.result("TE-OLDER-THAN-COVERED").status == "passed"
+
+
+UNSLOTH_FA2 = {"torch": {"version": "2.6.0", "cuda": "12.4"}, "gpu": "8.0"}
+
+
+@pytest.mark.parametrize(
+    "unsloth,workload,case,want",
+    [
+        # 2026.4.1 FastModel sets flash_attention_2 itself when none is asked (vision.py:621,
+        # :632-633; _utils.py:254-269) where HAS_FLASH_ATTENTION holds (:922-1022)
+        ("2026.4.1", {"finetune": "full", "model_type": "gemma2"}, {}, "transformers.flash_attention_2"),
+        ("2026.10.9", {"finetune": "full", "model_type": "gemma2"}, {}, "transformers.flash_attention_2"),
+        # a family unsloth's own loaders do not patch goes to FastModel whatever the load
+        ("2026.4.1", {"model_type": "phi3"}, {}, "transformers.flash_attention_2"),
+        # 2026.3.18 passes no attn_implementation of its own there: transformers' default stands
+        ("2026.3.18", {"finetune": "full", "model_type": "gemma2"}, {}, "transformers.sdpa"),
+        # unsloth's own route (QLoRA of a patched family) is not FastModel's
+        ("2026.4.1", {"finetune": "qlora", "model_type": "gemma2"}, {}, "transformers.sdpa"),
+        # no HAS_FLASH_ATTENTION: a Turing card, or no flash-attn installed
+        ("2026.4.1", {"finetune": "full", "model_type": "gemma2"}, {"gpu": "7.5"}, "transformers.sdpa"),
+        ("2026.4.1", {"finetune": "full", "model_type": "gemma2"}, {"drop": "flash-attn"}, "transformers.sdpa"),
+        # ROCm: HAS_FLASH_ATTENTION whatever the GPU (2026.4.1 _utils.py:981-991)
+        ("2026.4.1", {"finetune": "full", "model_type": "gemma2"}, {"torch": {"version": "2.6.0+rocm6.2", "cuda": None, "hip": "6.2"}, "gpu": "9.4"}, "transformers.flash_attention_2"),
+        # a stated attn_implementation is kept (2026.4.1 vision.py:632)
+        ("2026.4.1", {"finetune": "full", "model_type": "gemma2", "attn_implementation": "eager"}, {}, "transformers.eager"),
+    ],
+)
+def test_unsloth_fastmodel_picks_flash_attention_2_from_2026_4_1(unsloth: str, workload: Dict[str, Any], case: Dict[str, Any], want: str) -> None:
+    """unsloth 2026.4.1+ FastModel loads flash_attention_2 when none is asked and flash-attn
+    imports on an sm80+ (or ROCm) GPU; the transformers selection follows path.default_attention."""
+    from doctor.rules.evaluate import diagnose
+    from doctor.rules.loader import load_catalogue
+
+    packages = {"torch": "2.6.0", "transformers": "4.57.1", "flash-attn": "2.8.3", "unsloth": unsloth}
+    packages.pop(case.get("drop", ""), None)
+    spec = {**UNSLOTH_FA2, **{k: v for k, v in case.items() if k != "drop"}}
+    facts, wl = case_inputs({**spec, "packages": packages, "workload": {"framework": "unsloth", "training": True, **workload}})
+    d = diagnose(load_catalogue(), facts, wl)
+    assert dict(d.selections)["transformers"] == want
+    assert d.path.attention == want.split(".", 1)[1]
+
+
+@pytest.mark.parametrize(
+    "verl,workload,want",
+    [
+        # verl's FSDP workers load flash_attention_2 when none is configured: v0.3.0.post1
+        # fsdp_workers.py:202, v0.5.0 :254, v0.6.1 :318 (override_config first), 0.9.1
+        # workers/config/model.py:185
+        ("0.3.0.post1", {}, "flash_attention_2"),
+        ("0.5.0", {"distributed": "fsdp"}, "flash_attention_2"),
+        ("0.9.1", {}, "flash_attention_2"),
+        # a stated one (override_config.attn_implementation from v0.6.1) stands
+        ("0.9.1", {"attn_implementation": "sdpa"}, None),
+        # the Megatron workers are not a transformers load
+        ("0.5.0", {"distributed": "megatron"}, None),
+    ],
+)
+def test_verl_fsdp_workers_default_to_flash_attention_2(verl: str, workload: Dict[str, Any], want: Optional[str]) -> None:
+    packages = {"torch": "2.6.0", "transformers": "4.55.2", "flash-attn": "2.8.3", "verl": verl}
+    facts, wl = case_inputs({"packages": packages, "torch": {"version": "2.6.0", "cuda": "12.4"}, "gpu": "8.0",
+                             "workload": {"framework": "verl", "model_type": "llama", **workload}})
+    assert infer(facts, wl).default_attention == want
