@@ -424,7 +424,7 @@ class Workload:
     # that KV cache is paged (TE: InferenceParams(is_paged=True), qkv layout paged_kv_*); read only
     # together with kv_cache: true
     paged_kv_cache: bool = False
-    sdpa_fa3: bool = False  # torch.nn.attention.activate_flash_attention_impl("FA3") was called (torch >= 2.11)
+    sdpa_fa3: bool = False  # torch.nn.attention.activate_flash_attention_impl("FA3") was called (torch >= 2.10; 2.10 registers only FA4, so there the call raises)
     fp8_recipe: Optional[str] = None  # the recipe given to TE's autocast (FP8_RECIPES); None: not stated
     distributed: Optional[str] = None  # ddp, fsdp or deepspeed; None: not stated
     grad_accum_steps: int = 1  # gradient accumulation steps
