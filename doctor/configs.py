@@ -139,7 +139,8 @@ def _axolotl(t: _Taker, doc: Mapping[str, Any]) -> None:
     t.put("flash_attention: true" if flash_flag else "flash_attention not set", "axolotl_flash_flag", flash_flag)
     # use_glm_dsa_kernels is a KernelsArgs field (0.18.0 integrations/kernels/args.py:54), part of
     # the config only with the kernels plugin listed
-    plugins = doc.get("plugins") if isinstance(doc.get("plugins"), list) else []
+    raw_plugins = doc.get("plugins")
+    plugins: List[Any] = raw_plugins if isinstance(raw_plugins, list) else []
     glm = ("use_glm_dsa_kernels" in doc and doc["use_glm_dsa_kernels"] is not None and t.bool_("use_glm_dsa_kernels", doc["use_glm_dsa_kernels"])
            and any(str(p).startswith("axolotl.integrations.kernels") for p in plugins))
     if glm:
