@@ -135,7 +135,7 @@ def _axolotl(t: _Taker, doc: Mapping[str, Any]) -> None:
         axolotl_attn = "none"
     keys = ([f"attn_implementation: {given}"] if given is not None else []) + [f"{k}: true" for k, _ in flags]
     t.put(", ".join(keys) or "no attention key", "axolotl_attn", axolotl_attn)
-    flash_flag = any(k == "flash_attention" for k, _ in flags)
+    flash_flag = "flash_attention" in dict(flags)
     t.put("flash_attention: true" if flash_flag else "flash_attention not set", "axolotl_flash_flag", flash_flag)
     # use_glm_dsa_kernels is a KernelsArgs field (0.18.0 integrations/kernels/args.py:54), part of
     # the config only with the kernels plugin listed
@@ -157,8 +157,9 @@ def _axolotl(t: _Taker, doc: Mapping[str, Any]) -> None:
     else:
         # the loaders take flex before flash (0.11.0 loaders/model.py:538-550, 0.16.1 :629-637; 0.17+
         # by the priority above); xformers and sage are axolotl's own, not read here
+        set_flags = {k for k, _ in flags}
         for key, value in (("flex_attention", "flex_attention"), ("flash_attention", "flash_attention_2"), ("sdp_attention", "sdpa"), ("eager_attention", "eager")):
-            if any(k == key for k, _ in flags):
+            if key in set_flags:
                 impl = value
                 t.put(f"{key}: true", "attn_implementation", value)
                 break

@@ -374,7 +374,7 @@ def unsloth_flash_usable(facts: Facts) -> Optional[bool]:
     from doctor.versions import version_matches
 
     v = (facts.packages or {}).get("flash-attn")
-    if v is None or version_matches(v, FLASH_ATTN_HOPPER_DIST):
+    if v is None or version_matches(v, FLASH_ATTN_FA3_HOPPER):
         return False  # no flash_attn module (a hopper/ build names its modules otherwise)
     st = facts.imports.get("flash_attn") or facts.imports.get("flash_attn_2_cuda")
     if st is not None and st.status in ("error", "missing", "timeout"):
@@ -389,9 +389,12 @@ def unsloth_flash_usable(facts: Facts) -> Optional[bool]:
     return facts.gpus[0].sm >= 80
 
 
-# the flash-attn distributions that are hopper/ builds with no flash_attn module (FlashAttention-3
-# 3.0.0b1; doctor.rules.conditions FLASH_ATTN_FA3_HOPPER says the same)
-FLASH_ATTN_HOPPER_DIST = ">=3.0.0a0,<=3.0.0"
+# The `flash-attn` distributions that are FlashAttention-3: hopper/ built from flash-attention
+# 2.7.3-2.7.4.post1 names itself flash_attn 3.0.0b1 (hopper/setup.py PACKAGE_NAME, hopper/__init__.py
+# "3.0.0.b1"), with no flash_attn module. ROCm's fork (ROCm/flash-attention tag v3.0.0.r1-cktile)
+# installs flash_attn 3.0.0.r1, i.e. 3.0.0.post1: the FlashAttention-2 API (flash_attn_2_cuda), so
+# it lies above this range. Also the fact flash_attn.build (doctor.rules.conditions).
+FLASH_ATTN_FA3_HOPPER = ">=3.0.0a0,<=3.0.0"
 # families unsloth 2026.4.1+ keeps off flash_attention_2 in some of its releases (eager-only
 # gemma3n and deepseek_v4, flash-excluded gpt_oss/deepseek_v4/mllama, flex-preferred gemma3,
 # gemma3_text, shieldgemma2: 2026.4.1 _utils.py:233-234, 2026.6.1 :239-243, 2026.8.1 :394-412,

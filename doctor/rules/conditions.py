@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from doctor.memo import Memo
 from doctor.rules.callpath import FIELDS as PATH_FIELDS
-from doctor.rules.callpath import CallPath
+from doctor.rules.callpath import FLASH_ATTN_FA3_HOPPER, CallPath
 from doctor.versions import canonical_name, release, version_matches, version_plain, version_verdict
 from doctor.model import (
     WORKLOAD_DERIVED,
@@ -263,12 +263,6 @@ def _te_cudnn(path: str, facts: Facts) -> Value:
         return _unknown("cudnn.search", facts, f"{found.path} names only cuDNN {found.version}, torch's is {facts.cudnn.version}")
     return Value(True, "same" if mine == torch_s else "other")
 
-
-# The `flash-attn` distributions that are FlashAttention-3: hopper/ built from flash-attention
-# 2.7.3-2.7.4.post1 names itself flash_attn 3.0.0b1 (hopper/setup.py PACKAGE_NAME, hopper/__init__.py
-# "3.0.0.b1"). ROCm's fork (ROCm/flash-attention tag v3.0.0.r1-cktile) installs flash_attn 3.0.0.r1,
-# i.e. 3.0.0.post1: the FlashAttention-2 API (flash_attn_2_cuda), so it lies above this range.
-FLASH_ATTN_FA3_HOPPER = ">=3.0.0a0,<=3.0.0"
 
 
 def _flash_attn_build(facts: Facts) -> Value:
