@@ -114,6 +114,13 @@ _AXOLOTL_FLAGS = (("xformers_attention", "xformers"), ("sage_attention", "sage")
                   ("flash_attention", "flash_attention_2"), ("sdp_attention", "sdpa"), ("eager_attention", "eager"))
 
 
+# every legacy boolean attention key some axolotl release knows, in the order Workload.axolotl_flags
+# lists them: 0.8.1-0.14 refuse more than one of xformers/sdp/s2/flash/flex, 0.15-0.16.1 more than
+# one of xformers/sdp/flash/flex/sage (0.8.1 schemas/config.py:363-376, 0.16.1 validation.py:164-177)
+_AXOLOTL_FLAG_KEYS = ("xformers_attention", "sdp_attention", "s2_attention", "flash_attention", "flex_attention",
+                      "sage_attention", "eager_attention")
+
+
 def _axolotl(t: _Taker, doc: Mapping[str, Any]) -> None:
     t.put("axolotl", "framework", "axolotl")
     impl = None
@@ -135,6 +142,8 @@ def _axolotl(t: _Taker, doc: Mapping[str, Any]) -> None:
         axolotl_attn = "none"
     keys = ([f"attn_implementation: {given}"] if given is not None else []) + [f"{k}: true" for k, _ in flags]
     t.put(", ".join(keys) or "no attention key", "axolotl_attn", axolotl_attn)
+    set_keys = [k for k in _AXOLOTL_FLAG_KEYS if k in doc and doc[k] is not None and t.bool_(k, doc[k])]
+    t.put(", ".join(f"{k}: true" for k in set_keys) or "no legacy attention flag", "axolotl_flags", ",".join(set_keys) or "none")
     flash_flag = "flash_attention" in dict(flags)
     t.put("flash_attention: true" if flash_flag else "flash_attention not set", "axolotl_flash_flag", flash_flag)
     # use_glm_dsa_kernels is a KernelsArgs field (0.18.0 integrations/kernels/args.py:54), part of

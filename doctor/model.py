@@ -492,6 +492,10 @@ class Workload:
     axolotl_attn: Optional[str] = None
     axolotl_flash_flag: Optional[bool] = None
     axolotl_glm_dsa: Optional[bool] = None
+    # axolotl_flags: the legacy boolean attention keys the axolotl config sets true, comma-joined in
+    # _AXOLOTL_FLAG_KEYS order (doctor/configs.py), or "none": 0.8.1-0.16 refuse more than one of
+    # them at config load (check_attention_fields), each release its own set
+    axolotl_flags: Optional[str] = None
     source: str = "default profile"
     defaulted: Tuple[str, ...] = ()
 

@@ -88,11 +88,15 @@ KEYS = (
     "axolotl_attn",
     "axolotl_flash_flag",
     "axolotl_glm_dsa",
+    "axolotl_flags",
 )
 
 # axolotl's attention name as its config gives it (a canonical name, a Hub-kernel path such as
 # kernels-community/flash-attn2@v2:flash_attn, "none" or "conflict"; see Workload.axolotl_attn)
 _AXOLOTL_ATTN = re.compile(r"[A-Za-z0-9_./@:+-]{1,200}")
+
+# axolotl's legacy attention keys set true, comma-joined (see Workload.axolotl_flags), or "none"
+_AXOLOTL_FLAGS = re.compile(r"none|[a-z0-9]{1,16}_attention(,[a-z0-9]{1,16}_attention){0,15}")
 
 # a config.json model_type (the outer model's, or its text_config's)
 _MODEL_TYPE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -208,6 +212,11 @@ def build(
             text = str(value).strip()
             if not _AXOLOTL_ATTN.fullmatch(text):
                 raise _bad(key, value, "expected an axolotl attention name (flash_attention_2, sdpa, xformers, a Hub kernel path, none, conflict)", path, line)
+            out[key] = text
+        elif key == "axolotl_flags":
+            text = str(value).strip().replace(" ", "")
+            if not _AXOLOTL_FLAGS.fullmatch(text):
+                raise _bad(key, value, "expected axolotl's legacy attention keys set true, comma-separated (e.g. flash_attention,flex_attention), or none", path, line)
             out[key] = text
         elif key == "softmax_type":
             out["softmax_type"] = _choice(key, str(value).replace("_", "-"), SOFTMAX_TYPES, path, line)

@@ -516,3 +516,39 @@ def test_a_nemo_1_yaml_without_a_backend_reads_as_auto(tmp_path: Path) -> None:
     assert read_config(nemo).workload.get("attention_backend") == "auto"
     nemo.write_text("model:\n  num_attention_heads: 8\n  attention_backend: flash\ntrainer:\n  precision: bf16\n")
     assert read_config(nemo).workload.get("attention_backend") == "flash"
+
+
+@pytest.mark.parametrize(
+    "text,flags",
+    [
+        ("", "none"),
+        ("flash_attention: true\n", "flash_attention"),
+        # in the reader's fixed order whatever the config's order; false flags are not counted
+        ("flex_attention: true\nflash_attention: true\nsdp_attention: false\n", "flash_attention,flex_attention"),
+        ("s2_attention: true\nflash_attention: 'true'\n", "s2_attention,flash_attention"),
+    ],
+)
+def test_axolotl_legacy_flags_are_listed_for_the_one_flag_check(tmp_path: Path, text: str, flags: str) -> None:
+    # axolotl 0.8.1-0.16 refuse a config with more than one of their attention flags
+    # (AXOLOTL-ATTENTION-FLAGS-EXCLUSIVE reads the list per release)
+    cfg = tmp_path / "axolotl.yaml"
+    cfg.write_text("base_model: x\n" + text)
+    assert read_config(cfg).workload["axolotl_flags"] == flags
+
+
+
+def test_check_reports_axolotls_refusal_of_two_attention_flags(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """sample-41 check-C: axolotl 0.8.1-0.16 stop at config load when two attention flags are true;
+    0.17 takes the first in its order, and one flag alone passes."""
+    cfg = tmp_path / "axolotl.yaml"
+    req = tmp_path / "requirements.txt"
+    for flags, axolotl, want in (("flex_attention: true\nflash_attention: true\n", "0.16.1", True),
+                                 ("flex_attention: true\nflash_attention: true\n", "0.17.0", False),
+                                 ("flash_attention: true\n", "0.16.1", False)):
+        cfg.write_text("base_model: meta-llama/Llama-3.1-8B\nbf16: true\n" + flags)
+        req.write_text(f"axolotl=={axolotl}\ntransformers==4.55.0\n")
+        code, doc, _ = _check(capsys, "--config", str(cfg), "--config", str(req))
+        fired = {f["rule_id"] for f in doc["findings"] if f["status"] == "fired"}
+        assert ("AXOLOTL-ATTENTION-FLAGS-EXCLUSIVE" in fired) is want, (flags, axolotl, sorted(fired))
+        if want:
+            assert code == 1
