@@ -81,6 +81,8 @@ CPP_RULES = frozenset(
         "TE-FUSED-CUDNN-9-14-0-SWA",
         "TE-FUSED-CUDNN-9-2-TO-9-5-MASKS",
         "TE-FUSED-HEADDIM-GT128-PRE-HOPPER",
+        # the mixed sbhd_2bshd layout TE's own KV cache makes of sbhd input: cuDNN 9.7 (fused_attn.cpp)
+        "TE-FUSED-KV-CACHE-SBHD-LAYOUT",
         # C++ conditions only (cuDNN version, arch, head dims, masks, bias); TE's Python filters
         # on the same features are separate rules (TE-FUSED-*-FILTERS, TE-FUSED-SM120-*), which
         # the oracle checks. docs/audit/te-fused-audit.md audits these against the tags.
