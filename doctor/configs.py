@@ -124,7 +124,8 @@ _AXOLOTL_FLAG_KEYS = ("xformers_attention", "sdp_attention", "s2_attention", "fl
 def _axolotl(t: _Taker, doc: Mapping[str, Any]) -> None:
     t.put("axolotl", "framework", "axolotl")
     impl = None
-    flags = [(key, value) for key, value in _AXOLOTL_FLAGS if key in doc and doc[key] is not None and t.bool_(key, doc[key])]
+    set_keys = [k for k in _AXOLOTL_FLAG_KEYS if k in doc and doc[k] is not None and t.bool_(k, doc[k])]
+    flags = [(key, value) for key, value in _AXOLOTL_FLAGS if key in set_keys]
     given = doc.get("attn_implementation")
     # axolotl's own config checks read different keys per release (its context-parallel check: the
     # flash_attention flag alone in 0.8-0.16, the resolved attn_implementation from 0.17): what the
@@ -142,9 +143,8 @@ def _axolotl(t: _Taker, doc: Mapping[str, Any]) -> None:
         axolotl_attn = "none"
     keys = ([f"attn_implementation: {given}"] if given is not None else []) + [f"{k}: true" for k, _ in flags]
     t.put(", ".join(keys) or "no attention key", "axolotl_attn", axolotl_attn)
-    set_keys = [k for k in _AXOLOTL_FLAG_KEYS if k in doc and doc[k] is not None and t.bool_(k, doc[k])]
     t.put(", ".join(f"{k}: true" for k in set_keys) or "no legacy attention flag", "axolotl_flags", ",".join(set_keys) or "none")
-    flash_flag = "flash_attention" in dict(flags)
+    flash_flag = "flash_attention" in set_keys
     t.put("flash_attention: true" if flash_flag else "flash_attention not set", "axolotl_flash_flag", flash_flag)
     # use_glm_dsa_kernels is a KernelsArgs field (0.18.0 integrations/kernels/args.py:54), part of
     # the config only with the kernels plugin listed
@@ -166,9 +166,8 @@ def _axolotl(t: _Taker, doc: Mapping[str, Any]) -> None:
     else:
         # the loaders take flex before flash (0.11.0 loaders/model.py:538-550, 0.16.1 :629-637; 0.17+
         # by the priority above); xformers and sage are axolotl's own, not read here
-        set_flags = {k for k, _ in flags}
         for key, value in (("flex_attention", "flex_attention"), ("flash_attention", "flash_attention_2"), ("sdp_attention", "sdpa"), ("eager_attention", "eager")):
-            if key in set_flags:
+            if key in set_keys:
                 impl = value
                 t.put(f"{key}: true", "attn_implementation", value)
                 break

@@ -418,3 +418,13 @@ def test_axolotl_attention_keys_are_workload_values(tmp_path: Path) -> None:
         resolve_workload(workload_file=f)
     assert "axolotl_attn='flash attention'" in exc.value.one_line()
 
+
+def test_axolotl_flags_are_a_workload_value_checked_for_shape(tmp_path: Path) -> None:
+    # what AXOLOTL-ATTENTION-FLAGS-EXCLUSIVE reads: axolotl's legacy flags set true, comma-joined
+    f = tmp_path / "w.yaml"
+    f.write_text("framework: axolotl\naxolotl_flags: flash_attention, flex_attention\n")
+    assert resolve_workload(workload_file=f).axolotl_flags == "flash_attention,flex_attention"
+    f.write_text("axolotl_flags: flash\n")
+    with pytest.raises(InputError) as exc:
+        resolve_workload(workload_file=f)
+    assert "axolotl_flags" in exc.value.one_line()
