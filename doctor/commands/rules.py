@@ -63,7 +63,9 @@ def show_rule(
     )
     # a finding about a framework's choice: show its `when:` as written, and the framework's stops apart
     fw_stops = next((fw for fw in cat.frameworks if fw.id == r.reached_by), None)
-    written = unguarded(r.when, {"not": fw_stops.reached_unless}) if fw_stops is not None else r.when
+    written = unguarded(r.when, {"not": fw_stops.reached_unless}) if fw_stops is not None else (r.when_written or r.when)
+    fw_filters = next((fw for fw in cat.frameworks if r.when_written is not None and fw.filters_reached_unless
+                       and any(r.disables in {b.id, *(m.id for m in b.members)} for b in fw.backends)), None)
     out = [
         f"{r.id}  ({r.severity or 'backend rule: disables ' + str(r.disables)}, area {r.area})",
         f"defined at {r.path}:{r.line}",
@@ -92,6 +94,9 @@ def show_rule(
         stops = finding_refs(fw_stops.reached_unless)
         out.append(f"  and {fw_stops.name} gets to choose a backend: silent where one of its earlier errors fires"
                    f" ({', '.join(stops)}; its `reached_unless:` in {Path(fw_stops.path).name})")
+    if fw_filters is not None:
+        out.append(f"  and {fw_filters.name} gets to weigh its backends: silent where an earlier assert stops the run"
+                   f" (its `filters_reached_unless:` in {Path(fw_filters.path).name})")
     if r.fixes:
         out.append("fixes:")
         for f in r.fixes:
@@ -123,7 +128,7 @@ def _confidence_lines(r: Any, floors: Mapping[str, str]) -> List[str]:
     """How the rule's version ranges stand against released artifacts (rules/evidence.lock.json)."""
     from doctor.rules.evidence import load_lock, load_oracle_coverage, standing, version_bounded
 
-    st = standing(r, load_lock(), version_bounded(r.when), load_oracle_coverage(), floors)
+    st = standing(r, load_lock(), version_bounded(r.when_written or r.when), load_oracle_coverage(), floors)
     if st.level is None:
         return []
     what = {
@@ -158,7 +163,7 @@ def _evidence_levels(paths: List[Path]) -> Dict[str, List[str]]:
         where = Path(r.path).resolve()
         if own and not any(where == p or p in where.parents for p in own):
             continue
-        st = standing(r, lock, version_bounded(r.when), coverage, cat.floors)
+        st = standing(r, lock, version_bounded(r.when_written or r.when), coverage, cat.floors)
         if st.level:
             levels.setdefault(st.level, []).append(r.id)
     return levels

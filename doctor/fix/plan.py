@@ -283,7 +283,7 @@ class _Planner:
         return (
             self.rel.python_ok(name, version, self.python)
             and self.rel.platform_ok(name, version, self.platform)
-            and self.rel.cuda_build_ok(name, version, self.platform, self.torch0)
+            and self.rel.cuda_build_ok(name, version, self.platform, self.torch0, rocm=bool(self.facts.torch.hip))
         )
 
     def cudnn_dist(self, torch_version: Optional[str] = None) -> Optional[str]:
@@ -328,8 +328,11 @@ class _Planner:
         if not self.rel.platform_ok(name, version, self.platform):
             self.notes.append(f"{rule_id}: PyPI has no {name}=={version} wheel for {self.platform}; not pinned")
             return None
-        if not self.rel.cuda_build_ok(name, version, self.platform, self.torch0):
-            self.notes.append(f"{rule_id}: PyPI's {name}=={version} for {self.platform} is a CPU-only build; not pinned")
+        if not self.rel.cuda_build_ok(name, version, self.platform, self.torch0, rocm=bool(self.facts.torch.hip)):
+            if self.facts.torch.hip or "rocm" in (self.torch0 or ""):
+                self.notes.append(f"{rule_id}: {name}=={version} from PyPI is no ROCm build (use PyTorch's ROCm index by hand); not pinned")
+            else:
+                self.notes.append(f"{rule_id}: PyPI's {name}=={version} for {self.platform} is a CPU-only build; not pinned")
             return None
         if not self.rel.python_ok(name, version, self.python):
             self.notes.append(f"{rule_id}: {name}=={version} does not install on Python {self.python}")

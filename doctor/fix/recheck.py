@@ -160,14 +160,18 @@ def uninstallable(facts: Facts, fix: Fix) -> Tuple[str, ...]:
     python = f"{pv.major}.{pv.minor}" if pv else None
     plat = facts.platform
     platform = f"{plat.system}-{plat.machine}" if plat.system and plat.machine else None
+    torch0 = facts.torch.version or (facts.packages or {}).get("torch")
     out: List[str] = []
     for pin in fix.pins:
         if not rel.python_ok(pin.name, pin.version, python):
             out.append(f"{pin.name}=={pin.version} does not install on Python {python}")
         elif not rel.platform_ok(pin.name, pin.version, platform):
             out.append(f"PyPI has no {pin.name}=={pin.version} wheel for {platform}")
-        elif not rel.cuda_build_ok(pin.name, pin.version, platform, facts.torch.version or (facts.packages or {}).get("torch")):
-            out.append(f"PyPI's {pin.name}=={pin.version} for {platform} is a CPU-only build")
+        elif not rel.cuda_build_ok(pin.name, pin.version, platform, torch0, rocm=bool(facts.torch.hip)):
+            if facts.torch.hip or "rocm" in (torch0 or ""):
+                out.append(f"{pin.name}=={pin.version} from PyPI is no ROCm build: it would replace this ROCm torch")
+            else:
+                out.append(f"PyPI's {pin.name}=={pin.version} for {platform} is a CPU-only build")
         elif pin.name == "flash-attn":
             from doctor.releases.wheels import flash_attn_unbuildable
 

@@ -198,12 +198,18 @@ class ReleaseCatalogue:
             return True
         return platform in rel.platforms
 
-    def cuda_build_ok(self, name: str, version: str, platform: Optional[str], installed_torch: Optional[str] = None) -> bool:
+    def cuda_build_ok(
+        self, name: str, version: str, platform: Optional[str], installed_torch: Optional[str] = None, rocm: bool = False
+    ) -> bool:
         """Is PyPI's wheel of this release for this platform a CUDA build, where the catalogue knows
         it is not (torch below TORCH_CUDA_WHEELS_FROM on that platform)? True otherwise, and when
         either is unknown: a CPU-only torch pin installs there but brings no CUDA, cuDNN or kernel.
         True too where `fix` installs the pin from PyTorch's CUDA index instead of PyPI
-        (torch_cuda_index_tag: the installed torch carries a +cuXXX label and the pin's CUDA is known)."""
+        (torch_cuda_index_tag: the installed torch carries a +cuXXX label and the pin's CUDA is known).
+        False for any torch pin over a ROCm torch (`rocm`, or a +rocm label): `fix` would install
+        PyPI's torch, a CUDA (or CPU) build, over it, and the AMD GPU would be lost."""
+        if name == "torch" and (rocm or "rocm" in (installed_torch or "").partition("+")[2]):
+            return False
         if name != "torch" or not platform or platform not in TORCH_CUDA_WHEELS_FROM:
             return True
         if torch_cuda_index_tag(installed_torch, version) is not None:

@@ -22,7 +22,7 @@ from doctor.model import Fix, Pin, Severity
 from doctor.versions import canonical_name, parse_pin
 from doctor.yamlio import LineDict, load_yaml
 
-CACHE_FORMAT = 14
+CACHE_FORMAT = 15
 
 
 # --------------------------------------------------------------------------- values
@@ -89,6 +89,10 @@ class Framework:
     # stops the run before the framework picks a backend (an import error, a constructor assert):
     # where it holds, no finding about the framework's choice is reached (`reached_unless:`)
     reached_unless: Optional[Mapping[str, Any]] = None
+    # stops the run before the framework's backend filters run, as a condition on facts (no
+    # findings): where it holds, its backend rules (`disables:` one of its backends) stay silent,
+    # since no backend is weighed at all (`filters_reached_unless:`)
+    filters_reached_unless: Optional[Mapping[str, Any]] = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,9 @@ class Rule:
     stage: Optional[str] = None  # findings: where in the run the failure shows (doctor.model.STAGES)
     # the framework whose `reached_unless:` the loader and-ed to `when` (this finding reads its choice)
     reached_by: Optional[str] = None
+    # a backend rule's `when:` as written, where the loader and-ed its framework's
+    # `filters_reached_unless:` to it (version standings and `rules show` read this one)
+    when_written: Optional[Mapping[str, Any]] = None
 
     @property
     def kind(self) -> str:
@@ -403,6 +410,7 @@ def _build(path: Path, doc: Mapping[str, Any]) -> Tuple[List[Framework], List[Ru
                 line=getattr(fw, "line", 0),
                 covers=Coverage(**fw["covers"]) if fw.get("covers") else None,
                 reached_unless=_plain(fw.get("reached_unless")),
+                filters_reached_unless=_plain(fw.get("filters_reached_unless")),
             )
         )
     rules = []
@@ -792,6 +800,24 @@ def _guard_selection(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> 
     return out
 
 
+def _guard_filters(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> List[Rule]:
+    """A backend rule (`disables:` a backend of a framework, or a member of one) gives a reason only
+    where the framework gets to weigh its backends: each is and-ed with `not:
+    <filters_reached_unless>`, so that where an earlier assert stops the run (TE's thd mask
+    assert in DotProductAttention.forward) no backend is reported out for a reason TE never
+    reaches (sample 42 part 4)."""
+    out = list(rules)
+    for fw in frameworks:
+        if not fw.filters_reached_unless:
+            continue
+        ids = {b.id for b in fw.backends} | {m.id for b in fw.backends for m in b.members}
+        guard = {"not": fw.filters_reached_unless}
+        for i, r in enumerate(out):
+            if r.disables in ids:
+                out[i] = replace(r, when={"all": [r.when, guard]}, when_written=r.when)
+    return out
+
+
 def _guarded(cond: Any, framework: str, ids: set, guard: Mapping[str, Any]) -> Any:
     """`cond` with each part that reads `framework`'s choice and-ed with `guard`: a leaf, or a
     `not:` as a whole; `all:`/`any:` are rebuilt around their guarded parts, so an `any:` branch
@@ -1086,6 +1112,7 @@ def load_catalogue(extra_dirs: Sequence[Path] = (), *, builtin: bool = True, use
         frameworks.extend(fws)
         rules.extend(rs)
     rules = _guard_selection(frameworks, rules)
+    rules = _guard_filters(frameworks, rules)
     _check_catalogue(frameworks, rules, complete=builtin)
     cat = Catalogue(tuple(frameworks), tuple(rules))
     if fingerprint is not None:

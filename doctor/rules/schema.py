@@ -328,6 +328,9 @@ FRAMEWORK: Dict[str, Any] = {
         # what stops the run before the framework picks a backend: findings about its choice
         # are reached only where this does not hold (doctor.rules.loader._guard_selection)
         "reached_unless": {"$ref": "#/$defs/condition"},
+        # what stops the run before the framework's backend filters run (facts only, no findings):
+        # its backend rules stay silent where this holds (doctor.rules.loader._guard_filters)
+        "filters_reached_unless": {"$ref": "#/$defs/condition"},
         "sources": {"type": "array", "items": {"type": "string", "pattern": r"^https?://"}, "minItems": 1},
     },
     "additionalProperties": False,

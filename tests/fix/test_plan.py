@@ -400,3 +400,25 @@ def test_a_flash_attn_pin_that_would_need_a_build_against_a_cxx20_torch_is_not_p
     facts, workload = case_inputs({**base, "packages": {"torch": "2.8.0", "flash-attn": "2.6.3"},
                                    "torch": {"version": "2.8.0", "cuda": "12.8", "cxx11_abi": True}})
     assert "flash-attn==2.8.3" in pins(plan_fixes(rel, cat, facts, workload))
+
+
+def test_no_torch_pin_is_planned_over_a_rocm_torch(tmp_path: Path, rel) -> None:  # type: ignore[no-untyped-def]
+    # `fix` installs a torch pin from PyPI unless the installed torch is a +cuXXX build; PyPI's
+    # Linux torch is a CUDA build, so over a ROCm torch the pin would lose the AMD GPU: no torch
+    # pin at all there (a note says to use PyTorch's ROCm index), the same on a CUDA torch
+    cat = _catalogue(
+        tmp_path,
+        HEAD
+        + _rule("OLD-TORCH", '{package: torch, version: "<2.1"}', '[{description: upgrade torch, pins: ["torch==2.8.0"]}]',
+                '{packages: {torch: "2.0.1"}}', '{packages: {torch: "2.8.0"}}'),
+    )
+    linux = {"os": "Linux 6.8.0", "arch": "x86_64", "libc": "glibc 2.39"}
+    case: Dict[str, Any] = {"packages": {"torch": "2.0.1"}, "python": {"version": "3.11.9"}, "platform": linux}
+    facts, workload = case_inputs({**case, "torch": {"version": "2.0.1+rocm5.4.2", "hip": "5.4.22803"}})
+    plan = plan_fixes(rel, cat, facts, workload)
+    assert not [p for p in pins(plan) if p.startswith("torch==")], pins(plan)
+    assert any("torch==2.8.0 from PyPI is no ROCm build" in n for n in plan.notes), plan.notes
+    assert not rel.cuda_build_ok("torch", "2.8.0", "linux-x86_64", "2.0.1+rocm5.4.2")
+    assert not rel.cuda_build_ok("torch", "2.8.0", "linux-x86_64", "2.0.1", rocm=True)
+    facts, workload = case_inputs({**case, "torch": {"version": "2.0.1+cu118", "cuda": "11.8"}})
+    assert [p for p in pins(plan_fixes(rel, cat, facts, workload)) if p.startswith("torch==")]

@@ -1,0 +1,45 @@
+"""Where TE stops before it weighs any backend (TE 2.0+'s thd mask assert in
+DotProductAttention.forward), no TE backend rule gives a reason: the backend table must not
+report a filter TE never runs (the framework's `filters_reached_unless:`, loader._guard_filters)."""
+
+from __future__ import annotations
+
+from doctor.rules.cases import case_inputs
+from doctor.rules.evaluate import diagnose
+from doctor.rules.loader import load_catalogue
+
+THD = {
+    "packages": {"transformer-engine": "2.8.0", "torch": "2.8.0"},
+    "torch": {"version": "2.8.0+cu128", "cuda": "12.8"},
+    "gpu": "7.5",
+    "cudnn": {"version": "9.8.0"},
+    "workload": {"qkv_format": "thd", "dtype": "fp8", "window_size": [128, 0]},
+}
+
+
+def _te_reasons(mask: str) -> tuple:
+    cat = load_catalogue()
+    facts, wl = case_inputs({**THD, "workload": {**THD["workload"], "mask": mask}})
+    d = diagnose(cat, facts, wl)
+    te = [r.id for r in cat.rules if (r.disables or "").startswith("te.")]
+    return d, [rid for rid in te if d.result(rid).status == "fired"]
+
+
+def test_no_te_backend_reason_where_the_thd_mask_assert_stops_the_run() -> None:
+    d, fired = _te_reasons("causal")
+    assert d.result("TE-THD-NEEDS-PADDING-MASK").status == "fired"
+    assert fired == []
+
+
+def test_te_backend_reasons_stay_where_te_gets_to_weigh_its_backends() -> None:
+    d, fired = _te_reasons("padding_causal")
+    assert d.result("TE-THD-NEEDS-PADDING-MASK").status != "fired"
+    # a Turing GPU: FlashAttention (sm80+) and FusedAttention's FP8 are out for their reasons
+    assert "TE-FLASH-SM-LT-80" in fired
+
+
+def test_rules_show_and_standings_read_the_rule_as_written() -> None:
+    r = load_catalogue().rule("TE-FLASH-SM-LT-80")
+    # the rule as written says nothing of thd; the loader's guard (the expanded condition) does
+    assert r.when_written is not None and "thd" not in str(r.when_written)
+    assert "thd" in str(r.when) and r.when["all"][0] == r.when_written
