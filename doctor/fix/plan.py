@@ -329,8 +329,9 @@ class _Planner:
             self.notes.append(f"{rule_id}: PyPI has no {name}=={version} wheel for {self.platform}; not pinned")
             return None
         if not self.rel.cuda_build_ok(name, version, self.platform, self.torch0, rocm=bool(self.facts.torch.hip)):
-            if self.facts.torch.hip or "rocm" in (self.torch0 or ""):
-                self.notes.append(f"{rule_id}: {name}=={version} from PyPI is no ROCm build (use PyTorch's ROCm index by hand); not pinned")
+            if self.facts.torch.hip or "rocm" in (self.torch0 or "") or "+xpu" in (self.torch0 or ""):
+                gpu = "XPU" if "+xpu" in (self.torch0 or "") else "ROCm"
+                self.notes.append(f"{rule_id}: {name}=={version} from PyPI is no {gpu} build (use PyTorch's {gpu} index by hand); not pinned")
             else:
                 self.notes.append(f"{rule_id}: PyPI's {name}=={version} for {self.platform} is a CPU-only build; not pinned")
             return None

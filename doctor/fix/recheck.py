@@ -168,8 +168,9 @@ def uninstallable(facts: Facts, fix: Fix) -> Tuple[str, ...]:
         elif not rel.platform_ok(pin.name, pin.version, platform):
             out.append(f"PyPI has no {pin.name}=={pin.version} wheel for {platform}")
         elif not rel.cuda_build_ok(pin.name, pin.version, platform, torch0, rocm=bool(facts.torch.hip)):
-            if facts.torch.hip or "rocm" in (torch0 or ""):
-                out.append(f"{pin.name}=={pin.version} from PyPI is no ROCm build: it would replace this ROCm torch")
+            if facts.torch.hip or "rocm" in (torch0 or "") or "+xpu" in (torch0 or ""):
+                gpu = "XPU" if "+xpu" in (torch0 or "") else "ROCm"
+                out.append(f"{pin.name}=={pin.version} from PyPI is no {gpu} build: it would replace this {gpu} torch")
             else:
                 out.append(f"PyPI's {pin.name}=={pin.version} for {platform} is a CPU-only build")
         elif pin.name == "flash-attn":

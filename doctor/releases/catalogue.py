@@ -206,9 +206,10 @@ class ReleaseCatalogue:
         either is unknown: a CPU-only torch pin installs there but brings no CUDA, cuDNN or kernel.
         True too where `fix` installs the pin from PyTorch's CUDA index instead of PyPI
         (torch_cuda_index_tag: the installed torch carries a +cuXXX label and the pin's CUDA is known).
-        False for any torch pin over a ROCm torch (`rocm`, or a +rocm label): `fix` would install
-        PyPI's torch, a CUDA (or CPU) build, over it, and the AMD GPU would be lost."""
-        if name == "torch" and (rocm or "rocm" in (installed_torch or "").partition("+")[2]):
+        False for any torch pin over a ROCm or Intel XPU torch (`rocm`, or a +rocm / +xpu label): `fix`
+        would install PyPI's torch, a CUDA (or CPU) build, over it, and the AMD or Intel GPU would be lost."""
+        label = (installed_torch or "").partition("+")[2]
+        if name == "torch" and (rocm or "rocm" in label or label.startswith("xpu")):
             return False
         if name != "torch" or not platform or platform not in TORCH_CUDA_WHEELS_FROM:
             return True

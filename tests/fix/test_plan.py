@@ -422,3 +422,8 @@ def test_no_torch_pin_is_planned_over_a_rocm_torch(tmp_path: Path, rel) -> None:
     assert not rel.cuda_build_ok("torch", "2.8.0", "linux-x86_64", "2.0.1", rocm=True)
     facts, workload = case_inputs({**case, "torch": {"version": "2.0.1+cu118", "cuda": "11.8"}})
     assert [p for p in pins(plan_fixes(rel, cat, facts, workload)) if p.startswith("torch==")]
+    # an Intel XPU torch (+xpu) the same: PyPI's torch would replace it
+    facts, workload = case_inputs({**case, "torch": {"version": "2.0.1+xpu"}})
+    plan = plan_fixes(rel, cat, facts, workload)
+    assert not [p for p in pins(plan) if p.startswith("torch==")], pins(plan)
+    assert any("no XPU build" in n for n in plan.notes), plan.notes
