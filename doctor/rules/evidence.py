@@ -230,9 +230,9 @@ def condition_standings(rule: Any, lock: Mapping[str, Any],
     is on another package: e.g. TE's source naming the flash-attn versions it accepts),
     'none', or 'stale'/'differs' for an exact entry the lock does not confirm."""
     records = lock.get("records", {})
-    rule_level = standing(rule, lock, version_bounded(rule.when_written or rule.when), coverage, floors).level
+    rule_level = standing(rule, lock, version_bounded(getattr(rule, "when_written", None) or rule.when), coverage, floors).level
     out: List[tuple] = []
-    for pkg, spec in version_conditions(rule.when_written or rule.when):
+    for pkg, spec in version_conditions(getattr(rule, "when_written", None) or rule.when):
         level = "none"
         for i, entry in enumerate(rule.evidence):
             if entry.get("package") != pkg or entry.get("range") != spec:
