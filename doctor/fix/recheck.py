@@ -153,7 +153,7 @@ def uninstallable(facts: Facts, fix: Fix) -> Tuple[str, ...]:
     platform or release: not counted (the planner's `_check_pin` makes the same checks)."""
     if not fix.pins:
         return ()
-    from doctor.releases.catalogue import load_release_catalogue
+    from doctor.releases.catalogue import load_release_catalogue, non_cuda_gpu_torch
 
     rel = load_release_catalogue()
     pv = parse_version(facts.python.version) if facts.python.version else None
@@ -168,8 +168,8 @@ def uninstallable(facts: Facts, fix: Fix) -> Tuple[str, ...]:
         elif not rel.platform_ok(pin.name, pin.version, platform):
             out.append(f"PyPI has no {pin.name}=={pin.version} wheel for {platform}")
         elif not rel.cuda_build_ok(pin.name, pin.version, platform, torch0, rocm=bool(facts.torch.hip)):
-            if facts.torch.hip or "rocm" in (torch0 or "") or "+xpu" in (torch0 or ""):
-                gpu = "XPU" if "+xpu" in (torch0 or "") else "ROCm"
+            gpu = non_cuda_gpu_torch(torch0, bool(facts.torch.hip))
+            if gpu:
                 out.append(f"{pin.name}=={pin.version} from PyPI is no {gpu} build: it would replace this {gpu} torch")
             else:
                 out.append(f"PyPI's {pin.name}=={pin.version} for {platform} is a CPU-only build")

@@ -91,6 +91,15 @@ class TorchBundle:
 TORCH_CUDA_WHEELS_FROM: Mapping[str, Optional[str]] = MappingProxyType({"linux-aarch64": "2.11.0", "windows-x86_64": None})
 
 
+def non_cuda_gpu_torch(installed_torch: Optional[str], rocm: bool = False) -> Optional[str]:
+    """"ROCm" or "XPU" where the installed torch is such a build (torch.hip set, or a +rocm / +xpu
+    label): PyPI's torch would replace it with a CUDA build. None otherwise."""
+    label = (installed_torch or "").partition("+")[2]
+    if rocm or "rocm" in label:
+        return "ROCm"
+    return "XPU" if label.startswith("xpu") else None
+
+
 def torch_cuda_index_tag(torch_before: Optional[str], torch_pin: str) -> Optional[str]:
     """The PyTorch CUDA index ("cu128") that `fix` installs a torch pin from: where the installed
     torch carries a +cuXXX label and the release table knows the pin's CUDA. None: from PyPI.
@@ -208,8 +217,7 @@ class ReleaseCatalogue:
         (torch_cuda_index_tag: the installed torch carries a +cuXXX label and the pin's CUDA is known).
         False for any torch pin over a ROCm or Intel XPU torch (`rocm`, or a +rocm / +xpu label): `fix`
         would install PyPI's torch, a CUDA (or CPU) build, over it, and the AMD or Intel GPU would be lost."""
-        label = (installed_torch or "").partition("+")[2]
-        if name == "torch" and (rocm or "rocm" in label or label.startswith("xpu")):
+        if name == "torch" and non_cuda_gpu_torch(installed_torch, rocm):
             return False
         if name != "torch" or not platform or platform not in TORCH_CUDA_WHEELS_FROM:
             return True
