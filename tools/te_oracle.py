@@ -334,7 +334,11 @@ class DoctorModel:
         if unknown:
             raise SystemExit(f"te_oracle: classify these te.fused rules (C++ or Python): {unknown}")
         frameworks = tuple(f for f in cat.frameworks if f.id == "transformer-engine")
-        python_side = [r for r in te_rules if r.id not in CPP_RULES]
+        # get_attention_backend runs its filters whenever it is called: the oracle asks TE's
+        # selection code directly, so the rules are read as written, without the framework's
+        # filters_reached_unless (an assert or autocast check earlier in a real run, e.g. FP8
+        # below sm89, which the catalogue's error findings report)
+        python_side = [replace(r, when=r.when_written) if r.when_written is not None else r for r in te_rules if r.id not in CPP_RULES]
         # TE's asserts are error findings in the doctor: a case where TE <= 1.8 raises agrees
         # when the doctor selects no TE backend or reports such an error
         python_side += [r for r in cat.rules if not r.disables and r.area == "transformer-engine" and r.severity == "error"]

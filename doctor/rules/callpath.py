@@ -271,7 +271,7 @@ def infer(facts: Facts, workload: Workload, selections: Optional[Mapping[str, Op
     has_sdpa = model_supports(packages.get("transformers"), workload.model_type, "sdpa")
     t = facts.torch
     gpu_torch = None if t.version is None else bool((t.cuda or t.hip) and t.cuda_available is not False)
-    default_attn = default_attention(workload, packages, framework, has_sdpa, gpu_torch, unsloth_flash_usable(facts))
+    default_attn = default_attention(workload, packages, framework, has_sdpa, gpu_torch, unsloth_flash_usable(facts), flash_attn_imports(facts))
     # the backend pass (no library decided yet) reads the default call only for a stated framework
     stated_default = default_attn if workload.framework is not None else None
     default_library = LIBRARY_OF_IMPL.get(stated_default or "") if library is None else None
@@ -376,8 +376,7 @@ def unsloth_flash_usable(facts: Facts) -> Optional[bool]:
     v = (facts.packages or {}).get("flash-attn")
     if v is None or version_matches(v, FLASH_ATTN_FA3_HOPPER):
         return False  # no flash_attn module (a hopper/ build names its modules otherwise)
-    st = facts.imports.get("flash_attn") or facts.imports.get("flash_attn_2_cuda")
-    if st is not None and st.status in ("error", "missing", "timeout"):
+    if flash_attn_imports(facts) is False:
         return False
     t = facts.torch
     if t.hip:
@@ -432,8 +431,63 @@ def unsloth_default_attention(workload: Workload, packages: Mapping[str, str], f
     return "flash_attention_2"
 
 
+# XTuner's SupervisedFinetune._prepare_for_flash_attn (`xtuner train`): the model families it
+# loads with flash_attention_2 where FlashAttention-2 imports, and with sdpa on a torch new enough,
+# per release (read at the tags: v0.1.16 model/sft.py:176-190, v0.1.18 :178-194, v0.1.19 :178-202,
+# v0.1.20 :176-201, v0.1.23 :186-211, v0.2.0 :204-251); the torch floor of its sdpa arm is
+# dispatch/__init__.py's SUPPORT_FLASH1 (v0.1.16-v0.1.17 torch >= 2.0.0, v0.1.18 on >= 2.1.1).
+_XTUNER_SDPA_BASE = ("llama", "gemma", "mistral", "mixtral", "qwen2", "starcoder2")
+_XTUNER_FAMILIES = (
+    # (xtuner releases, families with the sdpa arm, families with the flash_attention_2 arm)
+    (">=0.1.16,<0.1.18", _XTUNER_SDPA_BASE, _XTUNER_SDPA_BASE + ("internlm2",)),
+    (">=0.1.18,<0.1.19", _XTUNER_SDPA_BASE + ("qwen2_moe",), _XTUNER_SDPA_BASE + ("internlm2", "qwen2_moe")),
+    (">=0.1.19,<0.1.20", _XTUNER_SDPA_BASE + ("qwen2_moe", "phi3"), _XTUNER_SDPA_BASE + ("internlm2", "qwen2_moe", "phi3")),
+    (">=0.1.20,<0.2.0", _XTUNER_SDPA_BASE + ("qwen2_moe", "phi3"), _XTUNER_SDPA_BASE + ("internlm2", "qwen2_moe", "phi3", "deepseek_v2")),
+    (">=0.2.0,<0.3", _XTUNER_SDPA_BASE + ("qwen2_moe", "phi3", "internlm3"),
+     _XTUNER_SDPA_BASE + ("internlm2", "qwen2_moe", "phi3", "deepseek_v2", "internlm3")),
+)
+
+
+def xtuner_default_attention(workload: Workload, packages: Mapping[str, str], flash_imports: Optional[bool], gpu_torch: Optional[bool]) -> Optional[str]:
+    """The attn_implementation `xtuner train` sets where the config names none: flash_attention_2
+    for its FA2 families where FlashAttention-2 imports (v0.1.16-v0.1.19: `from flash_attn import
+    flash_attn_func` succeeds, whatever the GPU; from v0.1.20 transformers' is_flash_attn_2_available,
+    flash-attn >= 2.1.0 on a CUDA or ROCm torch: v0.1.20 dispatch/__init__.py:9,16), else sdpa for its SDPA families on a torch new enough,
+    else None (transformers' own default; XTuner's dispatch patches some forwards itself). Not
+    modelled: v0.1.16-v0.1.18 overwrite an attn_implementation the config does name (v0.1.19
+    keeps it); XTuner < 0.1.16 and the 1.x rewrite (None)."""
+    from doctor.versions import version_matches
+
+    xt = packages.get("xtuner")
+    if xt is None or workload.model_type is None:
+        return None
+    row = next((r for r in _XTUNER_FAMILIES if version_matches(xt, r[0])), None)
+    if row is None:
+        return None
+    fa = packages.get("flash-attn")
+    flash2 = flash_imports is not False and fa is not None and version_matches(fa, ">=2.0") and not version_matches(fa, FLASH_ATTN_FA3_HOPPER)
+    if flash2 and version_matches(xt, ">=0.1.20"):
+        flash2 = gpu_torch is not False and version_matches(fa, ">=2.1.0")
+    if flash2 and workload.model_type in row[2]:
+        return "flash_attention_2"
+    torch = packages.get("torch")
+    floor = ">=2.0.0" if version_matches(xt, "<0.1.18") else ">=2.1.1"
+    if workload.model_type in row[1] and (torch is None or version_matches(torch, floor)):
+        return "sdpa"
+    return None
+
+
+def flash_attn_imports(facts: Facts) -> Optional[bool]:
+    """Whether a flash_attn module imports: False where the probe saw its import fail, None
+    otherwise (not probed, or probed fine; the installed version is read by the caller)."""
+    st = facts.imports.get("flash_attn") or facts.imports.get("flash_attn_2_cuda")
+    if st is not None and st.status in ("error", "missing", "timeout"):
+        return False
+    return None
+
+
 def default_attention(workload: Workload, packages: Mapping[str, str], framework: Optional[str] = None, has_sdpa: Optional[bool] = None, gpu_torch: Optional[bool] = None,
-                      unsloth_flash: Optional[bool] = None) -> Optional[str]:
+                      unsloth_flash: Optional[bool] = None, flash_imports: Optional[bool] = None) -> Optional[str]:
     """The attn_implementation a transformers model is loaded with when the workload states none,
     for a transformers-based framework (`framework`: the stated or inferred one; None reads the
     stated one; `has_sdpa`: path.model_has_sdpa, when the caller has it). The one place this knowledge lives: the transformers backend table orders by it
@@ -471,8 +525,11 @@ def default_attention(workload: Workload, packages: Mapping[str, str], framework
       :202, v0.4.1 :221, v0.5.0 :254; v0.6.1 :318 and v0.7.0 :331 read
       override_config.attn_implementation with flash_attention_2 as its default, as 0.8.0 and 0.9.1
       workers/config/model.py:185 do); unsloth 2026.4.1+ FastModel (unsloth_default_attention);
+    - flash_attention_2 or sdpa: `xtuner train` 0.1.16-0.2.0 for the families it names
+      (xtuner_default_attention);
     - None: an attn_implementation is stated, the framework is not transformers-based or picks
-      attention itself (XTuner when training, unsloth off the case above, diffusers), or nothing runs (ms-swift 3.4.1+ with
+      attention itself (XTuner when training, off the families xtuner_default_attention names, unsloth off the case above,
+      diffusers), or nothing runs (ms-swift 3.4.1+ with
       padding_free/packing refuses them without a flash attn_impl before the model is built:
       3.4.1 train_args.py:139-141 (--packing, the only flag then), 3.5.0 :135-143, 3.7.0 :136-144;
       SWIFT-PACKING-NEEDS-FLASH-ATTN; an unknown ms-swift is read the same)."""
@@ -487,6 +544,8 @@ def default_attention(workload: Workload, packages: Mapping[str, str], framework
         return "flash_attention_2"
     if workload.attn_implementation is None and framework == "unsloth":
         return unsloth_default_attention(workload, packages, unsloth_flash)
+    if workload.attn_implementation is None and framework == "xtuner" and not xtuner_inference:
+        return xtuner_default_attention(workload, packages, flash_imports, gpu_torch)
     if workload.attn_implementation is not None or (framework not in HF_DEFAULT_SDPA and not xtuner_inference):
         return None
     tf, model = packages.get("transformers"), workload.model_type

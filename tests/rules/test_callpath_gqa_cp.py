@@ -276,16 +276,17 @@ def test_modernbert_on_4_54_0_keeps_sdpa_on_a_gpu_too() -> None:
         assert infer(facts, wl).default_attention == want, tf
 
 
-@pytest.mark.parametrize("training,want", [(False, "sdpa"), (True, None)])
-def test_xtuner_picks_attention_only_when_it_trains(training: bool, want: Optional[str]) -> None:
-    """XTuner sets flash_attention_2 on its training path only; `xtuner chat` loads the plain
-    transformers model, so outside training transformers' own default runs (and with it
-    repeat_kv, which lets SDPA's memory-efficient kernel take a GQA model)."""
+@pytest.mark.parametrize("training,flash,want", [(False, None, "sdpa"), (True, None, "sdpa"), (False, "2.6.3", "sdpa"), (True, "2.6.3", "flash_attention_2")])
+def test_xtuner_picks_attention_only_when_it_trains(training: bool, flash: Optional[str], want: Optional[str]) -> None:
+    """XTuner sets flash_attention_2 (or, without flash-attn, sdpa) on its training path only;
+    `xtuner chat` loads the plain transformers model, so outside training transformers' own
+    default runs (and with it repeat_kv, which lets SDPA's memory-efficient kernel take a GQA model)."""
     from doctor.rules.evaluate import diagnose
     from doctor.rules.loader import load_catalogue
 
-    packages = {"torch": "2.6.0", "transformers": "4.46.3", "xtuner": "0.1.23"}
-    facts, wl = case_inputs({"packages": packages, "workload": {"framework": "xtuner", "model_type": "llama", "training": training}})
+    packages = {"torch": "2.6.0", "transformers": "4.46.3", "xtuner": "0.1.23", **({"flash-attn": flash} if flash else {})}
+    facts, wl = case_inputs({"packages": packages, "torch": {"version": "2.6.0", "cuda": "12.4"}, "gpu": "8.0",
+                             "workload": {"framework": "xtuner", "model_type": "llama", "training": training}})
     d = diagnose(load_catalogue(), facts, wl)
     assert d.path.default_attention == want
 
@@ -609,4 +610,39 @@ def test_verl_fsdp_workers_default_to_flash_attention_2(verl: str, workload: Dic
     packages = {"torch": "2.6.0", "transformers": "4.55.2", "flash-attn": "2.8.3", "verl": verl}
     facts, wl = case_inputs({"packages": packages, "torch": {"version": "2.6.0", "cuda": "12.4"}, "gpu": "8.0",
                              "workload": {"framework": "verl", "model_type": "llama", **workload}})
+    assert infer(facts, wl).default_attention == want
+
+
+@pytest.mark.parametrize(
+    "xtuner,packages,workload,want",
+    [
+        # `xtuner train` sets flash_attention_2 for its FA2 families where flash_attn imports
+        # (v0.1.23 model/sft.py:186-211), whatever the GPU: an sm75 card then fails in it
+        ("0.1.23", {"flash-attn": "2.5.8"}, {"model_type": "qwen2"}, "flash_attention_2"),
+        # without flash-attn, sdpa for its SDPA families on torch >= 2.1.1
+        ("0.1.23", {}, {"model_type": "llama"}, "sdpa"),
+        # a family outside both lists: nothing set, XTuner's dispatch and transformers' default
+        ("0.1.23", {"flash-attn": "2.5.8"}, {"model_type": "qwen3"}, None),
+        # qwen2_moe joins both lists in v0.1.18, phi3 in v0.1.19, deepseek_v2 (FA2 only) in v0.1.20
+        ("0.1.17", {"flash-attn": "2.5.8"}, {"model_type": "qwen2_moe"}, None),
+        ("0.1.18", {"flash-attn": "2.5.8"}, {"model_type": "qwen2_moe"}, "flash_attention_2"),
+        ("0.1.18", {}, {"model_type": "phi3"}, None),
+        ("0.1.19", {}, {"model_type": "phi3"}, "sdpa"),
+        ("0.1.20", {}, {"model_type": "deepseek_v2"}, None),
+        ("0.1.20", {"flash-attn": "2.5.8"}, {"model_type": "deepseek_v2"}, "flash_attention_2"),
+        # a stated attn_implementation stands (v0.1.19+), and `xtuner chat` is transformers' load
+        ("0.1.23", {"flash-attn": "2.5.8"}, {"model_type": "qwen2", "attn_implementation": "eager"}, None),
+        ("0.1.23", {"flash-attn": "2.5.8"}, {"model_type": "qwen2", "training": False}, "sdpa"),
+        # before v0.1.16 XTuner sets none
+        ("0.1.15", {"flash-attn": "2.5.8"}, {"model_type": "qwen2"}, None),
+        # v0.1.19 only imports flash_attn_func (2.0.x has it); from v0.1.20 transformers'
+        # is_flash_attn_2_available asks for 2.1.0+, so a flash-attn 2.0.x leaves sdpa
+        ("0.1.19", {"flash-attn": "2.0.9"}, {"model_type": "qwen2"}, "flash_attention_2"),
+        ("0.1.20", {"flash-attn": "2.0.9"}, {"model_type": "qwen2"}, "sdpa"),
+    ],
+)
+def test_xtuner_train_sets_attention_for_its_families(xtuner: str, packages: Dict[str, str], workload: Dict[str, Any], want: Optional[str]) -> None:
+    pk = {"torch": "2.3.1", "transformers": "4.41.2", "xtuner": xtuner, **packages}
+    facts, wl = case_inputs({"packages": pk, "torch": {"version": "2.3.1", "cuda": "12.1"}, "gpu": "8.0",
+                             "workload": {"framework": "xtuner", "training": True, **workload}})
     assert infer(facts, wl).default_attention == want

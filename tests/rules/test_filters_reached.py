@@ -17,9 +17,9 @@ THD = {
 }
 
 
-def _te_reasons(mask: str) -> tuple:
+def _te_reasons(mask: str, **workload: object) -> tuple:
     cat = load_catalogue()
-    facts, wl = case_inputs({**THD, "workload": {**THD["workload"], "mask": mask}})
+    facts, wl = case_inputs({**THD, "workload": {**THD["workload"], "mask": mask, **workload}})
     d = diagnose(cat, facts, wl)
     te = [r.id for r in cat.rules if (r.disables or "").startswith("te.")]
     return d, [rid for rid in te if d.result(rid).status == "fired"]
@@ -32,10 +32,18 @@ def test_no_te_backend_reason_where_the_thd_mask_assert_stops_the_run() -> None:
 
 
 def test_te_backend_reasons_stay_where_te_gets_to_weigh_its_backends() -> None:
-    d, fired = _te_reasons("padding_causal")
+    d, fired = _te_reasons("padding_causal", dtype="bf16")
     assert d.result("TE-THD-NEEDS-PADDING-MASK").status != "fired"
-    # a Turing GPU: FlashAttention (sm80+) and FusedAttention's FP8 are out for their reasons
+    # a Turing GPU: FlashAttention (sm80+) is out for its reason
     assert "TE-FLASH-SM-LT-80" in fired
+
+
+def test_no_te_backend_reason_where_the_fp8_autocast_refuses_the_gpu() -> None:
+    # FP8 on a Turing GPU: TE's autocast asserts compute capability 8.9 on entry, before any
+    # forward, so FlashAttention's sm80 floor and FusedAttention's FP8 filters are never weighed
+    d, fired = _te_reasons("padding_causal", dtype="fp8")
+    assert d.result("TE-FP8-NEEDS-SM89").status == "fired"
+    assert fired == []
 
 
 def test_rules_show_and_standings_read_the_rule_as_written() -> None:
