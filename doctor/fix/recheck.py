@@ -245,8 +245,30 @@ def recheck(
     before = before or diagnose(cat, facts, workload)
     f2, w2 = apply_fix(facts, workload, fix)
     after = diagnose(cat, f2, w2)
-    return replace(compare(before, after, targets), uninstallable=uninstallable(facts, fix), moves=moved_text(facts, fix),
-                   no_backend=no_backend(fix, after))
+    return replace(compare(before, after, targets), uninstallable=uninstallable(facts, fix) + gpu_refused(facts, fix, after),
+                   moves=moved_text(facts, fix), no_backend=no_backend(fix, after))
+
+
+# the selected backends that call flash-attn 2's own kernels (transformers' flash_attention_2,
+# TE's FlashAttention family) once the fix is applied
+_CALLS_FLASH_ATTN = {"transformers": "transformers.flash_attention_2", "transformer-engine": "te.flash"}
+
+
+def gpu_refused(facts: Facts, fix: Fix, after: Diagnosis) -> Tuple[str, ...]:
+    """A flash-attn pin whose own run-time arch check refuses one of this host's GPUs, where
+    what runs after the fix calls flash-attn's kernels (doctor.releases.wheels.flash_attn_refuses_gpu):
+    such a pin clears a version check and fails at the first step instead (flash-attn 2.6.3 on a
+    Blackwell card). Where nothing calls flash-attn (TE picks its unfused backend on a Turing
+    card) the pin only satisfies a version check and is not counted."""
+    if not any(p.name == "flash-attn" for p in fix.pins):
+        return ()
+    sel = dict(after.selections)
+    if not any(sel.get(fw) == backend for fw, backend in _CALLS_FLASH_ATTN.items()):
+        return ()
+    from doctor.releases.wheels import flash_attn_refuses_gpu
+
+    why = flash_attn_refuses_gpu(facts, {p.name: p.version for p in fix.pins})
+    return (why,) if why else ()
 
 
 # the backends an attn_implementation switch hands attention to (backend ids by prefix)

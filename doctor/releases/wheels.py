@@ -200,6 +200,41 @@ def flash_attn_unbuildable(rel: ReleaseCatalogue, facts: Facts, pins: "Mapping[s
     return f"flash-attn=={want.public} has no prebuilt wheel for torch {target.torch} and cannot be built against it ({choice.build_fails})"
 
 
+# The GPUs flash-attn's own run-time check admits (mha_fwd/mha_bwd in csrc/flash_attn at each tag):
+#   0.2.x          fmha_api.cpp   TORCH_CHECK(is_sm8x || is_sm75)            sm75, sm80-sm89
+#   1.0.0-1.0.9    fmha_api.cpp   TORCH_CHECK(is_sm90 || is_sm8x || is_sm75)  sm75, sm80-sm89, sm90
+#   2.0.0-2.7.2.post1 flash_api.cpp TORCH_CHECK(is_sm90 || is_sm8x, ...)     sm80-sm89, sm90
+#   2.7.3 and later   flash_api.cpp TORCH_CHECK(cc_major >= 8, ...)         sm80 and newer
+# (whether a build then carries code for an sm100+ GPU is a question of the wheel, read by the
+# rules' fa2_build_lacks_blackwell_kernel; this table is only the check every call runs first).
+_FA_ARCH_CHECK = (
+    ("<1.0", lambda sm: sm == 75 or 80 <= sm < 90, "sm75 and sm80-sm89"),
+    (">=1.0,<2.0", lambda sm: sm in (75, 90) or 80 <= sm < 90, "sm75, sm80-sm89 and sm90"),
+    (">=2.0,<2.7.3", lambda sm: sm == 90 or 80 <= sm < 90, "sm80-sm89 and sm90"),
+    (">=2.7.3", lambda sm: sm >= 80, "sm80 and newer"),
+)
+
+
+def flash_attn_refuses_gpu(facts: Facts, pins: "Mapping[str, str]") -> Optional[str]:
+    """Why a flash-attn pin cannot help on this host's GPUs: its own run-time arch check refuses
+    one of them at the first call (flash-attn 2.6.3 on a Blackwell card, any 2.x on a Turing
+    card), or None. Only for a CUDA torch: ROCm builds of flash-attn have other checks."""
+    want = parse_version(pins.get("flash-attn") or "")
+    if want is None or facts.torch.hip or not facts.gpus:
+        return None
+    have = parse_version((facts.packages or {}).get("flash-attn") or "")
+    if have is not None and have.public == want.public:
+        return None  # the installed release rebuilt for a new torch: no new refusal
+    for spec, admits, words in _FA_ARCH_CHECK:
+        if version_matches(want.public, spec):
+            refused = sorted({g.sm for g in facts.gpus if not admits(g.sm)})
+            if refused:
+                where = ", ".join(f"sm{sm}" for sm in refused)
+                return f"flash-attn=={want.public} refuses {where} at its first call (its check admits {words} only)"
+            return None
+    return None
+
+
 def choose_wheel(rel: ReleaseCatalogue, version: str, target: WheelTarget) -> WheelChoice:
     """The exact prebuilt wheel of flash-attn `version` for `target`, or why there is none."""
     build = build_command(version)

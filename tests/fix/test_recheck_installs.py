@@ -118,3 +118,42 @@ def test_a_switch_to_an_attention_none_of_whose_backends_runs_here_is_not_verifi
         assert r.cleared == (rule,) and r.verified is verified, (torch, r.side_effects, r.still)
         assert bool(r.no_backend) is not verified
     assert "no sdpa backend can run here" in r.side_effects
+
+
+# transformers' flash_attention_2 on a B200 with flash-attn 2.5.6 (its check refuses sm100)
+HF_FA2 = {
+    "packages": {"torch": "2.7.1", "transformers": "4.44.2", "flash-attn": "2.5.6"},
+    "torch": {"version": "2.7.1", "cuda": "12.8"},
+    "python": {"version": "3.11.9"},
+    "platform": {"os": "Linux 6.8.0", "arch": "x86_64", "libc": "glibc 2.35"},
+    "workload": {"framework": "transformers", "attn_implementation": "flash_attention_2", "dtype": "bf16"},
+}
+
+
+def _fa_pin(gpu: "str | None", version: str, case: dict = HF_FA2):  # type: ignore[no-untyped-def,type-arg]
+    cat = load_catalogue()
+    case = copy.deepcopy(case)
+    if gpu:
+        case["gpu"] = gpu
+    facts, wl = case_inputs(case)
+    return recheck(cat, facts, wl, Fix("move flash-attn", pins=(Pin("flash-attn", version),)), (), diagnose(cat, facts, wl))
+
+
+def test_a_flash_attn_pin_whose_arch_check_refuses_the_gpu_is_not_verified_where_it_runs() -> None:
+    # flash-attn 2.0-2.7.2.post1 admit sm80-sm89 and sm90 only; 2.7.3+ any sm80+
+    r = _fa_pin("10.0", "2.6.3")
+    assert not r.verified
+    assert "flash-attn==2.6.3 refuses sm100 at its first call" in r.side_effects
+    assert not any("refuses" in u for u in _fa_pin("10.0", "2.8.3").uninstallable)
+    assert not any("refuses" in u for u in _fa_pin("9.0", "2.6.3").uninstallable)
+    # Jetson Thor and an RTX 50 card are refused by 2.6.3 too; a mixed H100 + B200 host names the B200
+    assert "refuses sm110" in _fa_pin("11.0", "2.6.3").side_effects
+    gpus = [{"index": i, "name": f"GPU {cc}", "compute_capability": cc} for i, cc in enumerate(("9.0", "10.0"))]
+    mixed = _fa_pin(None, "2.6.3", {**HF_FA2, "gpus": gpus})
+    assert "flash-attn==2.6.3 refuses sm100 at its first call" in mixed.side_effects
+
+
+def test_a_flash_attn_pin_is_not_refused_where_nothing_calls_flash_attn() -> None:
+    # with attn_implementation sdpa the pin only changes a package nothing here calls
+    case = {**HF_FA2, "workload": {**HF_FA2["workload"], "attn_implementation": "sdpa"}}  # type: ignore[dict-item]
+    assert not any("refuses" in u for u in _fa_pin("10.0", "2.6.3", case).uninstallable)

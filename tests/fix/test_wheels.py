@@ -126,3 +126,20 @@ def test_flash_attn_unbuildable_names_a_needed_build_that_cannot_compile(rel) ->
     assert flash_attn_unbuildable(rel, facts("2.14.0"), {"flash-attn": "2.6.3"}) is None  # nothing to install
     assert flash_attn_unbuildable(rel, facts("2.13.0"), {"flash-attn": "2.8.3"}) is None  # a build compiles there
     assert any("C++20" in u for u in uninstallable(facts("2.14.0"), Fix("x", pins=(Pin("flash-attn", "2.8.3"),))))
+
+
+def test_flash_attn_arch_check_per_release() -> None:
+    from doctor.releases.wheels import flash_attn_refuses_gpu
+    from doctor.rules.cases import case_inputs
+
+    def refused(version: str, gpu: str, hip: bool = False) -> bool:
+        torch = {"version": "2.7.1", "cuda": "12.8"} if not hip else {"version": "2.7.1", "hip": "6.3"}
+        facts, _ = case_inputs({"packages": {"torch": "2.7.1"}, "torch": torch, "gpu": gpu})
+        return flash_attn_refuses_gpu(facts, {"flash-attn": version}) is not None
+
+    # 1.x: is_sm90 || is_sm8x || is_sm75; 2.0-2.7.2.post1: is_sm90 || is_sm8x; 2.7.3+: cc_major >= 8
+    assert not refused("1.0.9", "7.5") and refused("1.0.9", "7.0") and refused("1.0.9", "10.0")
+    assert refused("2.0.0", "7.5") and not refused("2.0.0", "8.6") and not refused("2.0.0", "9.0")
+    assert refused("2.7.2.post1", "10.0") and refused("2.6.3", "12.0")
+    assert not refused("2.7.3", "10.0") and not refused("2.8.3", "12.0") and refused("2.8.3", "7.5")
+    assert not refused("2.6.3", "10.0", hip=True)  # ROCm builds have their own checks
