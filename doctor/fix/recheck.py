@@ -254,6 +254,15 @@ def recheck(
 _CALLS_FLASH_ATTN = {"transformers": "transformers.flash_attention_2", "transformer-engine": "te.flash"}
 
 
+def _runs_fa2(after: Diagnosis, backend: str) -> bool:
+    """TE's FlashAttention family runs flash-attn 2 only where FA3 and FA4 are out."""
+    status = next((b for b in after.backends if b.id == backend), None)
+    if status is None or not status.members:
+        return True
+    avail = {m.id: m.available for m in status.members}
+    return bool(avail.get("te.fa2")) and not avail.get("te.fa3") and not avail.get("te.fa4")
+
+
 def gpu_refused(facts: Facts, fix: Fix, after: Diagnosis) -> Tuple[str, ...]:
     """A flash-attn pin whose own run-time arch check refuses one of this host's GPUs, where
     what runs after the fix calls flash-attn's kernels (doctor.releases.wheels.flash_attn_refuses_gpu):
@@ -263,7 +272,7 @@ def gpu_refused(facts: Facts, fix: Fix, after: Diagnosis) -> Tuple[str, ...]:
     if not any(p.name == "flash-attn" for p in fix.pins):
         return ()
     sel = dict(after.selections)
-    if not any(sel.get(fw) == backend for fw, backend in _CALLS_FLASH_ATTN.items()):
+    if not any(sel.get(fw) == backend and _runs_fa2(after, backend) for fw, backend in _CALLS_FLASH_ATTN.items()):
         return ()
     from doctor.releases.wheels import flash_attn_refuses_gpu
 
