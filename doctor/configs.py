@@ -121,6 +121,14 @@ _AXOLOTL_FLAG_KEYS = ("xformers_attention", "sdp_attention", "s2_attention", "fl
                       "sage_attention", "eager_attention")
 
 
+# axolotl's unsloth_* options, each of which loads monkeypatch/unsloth_.py in 0.7.0-0.16.x (the first
+# three only for Llama-derived models: 0.16.1 loaders/patch_manager.py _patch_loss_llama; the others
+# after the model loads, for any model: _apply_unsloth_patches), in the order Workload.axolotl_unsloth
+# lists them
+_AXOLOTL_UNSLOTH_KEYS = ("unsloth_cross_entropy_loss", "unsloth_rms_norm", "unsloth_lora_qkv", "unsloth_lora_o",
+                         "unsloth_lora_mlp", "unsloth_rope")
+
+
 def _axolotl(t: _Taker, doc: Mapping[str, Any]) -> None:
     t.put("axolotl", "framework", "axolotl")
     impl = None
@@ -144,6 +152,8 @@ def _axolotl(t: _Taker, doc: Mapping[str, Any]) -> None:
     keys = ([f"attn_implementation: {given}"] if given is not None else []) + [f"{k}: true" for k, _ in flags]
     t.put(", ".join(keys) or "no attention key", "axolotl_attn", axolotl_attn)
     t.put(", ".join(f"{k}: true" for k in set_keys) or "no legacy attention flag", "axolotl_flags", ",".join(set_keys) or "none")
+    unsloth = [k for k in _AXOLOTL_UNSLOTH_KEYS if k in doc and doc[k] is not None and t.bool_(k, doc[k])]
+    t.put(", ".join(f"{k}: true" for k in unsloth) or "no unsloth_* option", "axolotl_unsloth", ",".join(unsloth) or "none")
     flash_flag = "flash_attention" in set_keys
     t.put("flash_attention: true" if flash_flag else "flash_attention not set", "axolotl_flash_flag", flash_flag)
     # use_glm_dsa_kernels is a KernelsArgs field (0.18.0 integrations/kernels/args.py:54), part of

@@ -496,6 +496,10 @@ class Workload:
     # _AXOLOTL_FLAG_KEYS order (doctor/configs.py), or "none": 0.8.1-0.16 refuse more than one of
     # them at config load (check_attention_fields), each release its own set
     axolotl_flags: Optional[str] = None
+    # axolotl_unsloth: the unsloth_* options the axolotl config sets true, comma-joined in
+    # _AXOLOTL_UNSLOTH_KEYS order (doctor/configs.py), or "none": 0.6-0.16 load
+    # monkeypatch/unsloth_.py for them (0.17.0 removed the options)
+    axolotl_unsloth: Optional[str] = None
     source: str = "default profile"
     defaulted: Tuple[str, ...] = ()
 

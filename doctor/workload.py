@@ -89,6 +89,7 @@ KEYS = (
     "axolotl_flash_flag",
     "axolotl_glm_dsa",
     "axolotl_flags",
+    "axolotl_unsloth",
 )
 
 # axolotl's attention name as its config gives it (a canonical name, a Hub-kernel path such as
@@ -97,6 +98,9 @@ _AXOLOTL_ATTN = re.compile(r"[A-Za-z0-9_./@:+-]{1,200}")
 
 # axolotl's legacy attention keys set true, comma-joined (see Workload.axolotl_flags), or "none"
 _AXOLOTL_FLAGS = re.compile(r"none|[a-z0-9]{1,16}_attention(,[a-z0-9]{1,16}_attention){0,15}")
+
+# axolotl's unsloth_* options set true, comma-joined (see Workload.axolotl_unsloth), or "none"
+_AXOLOTL_UNSLOTH = re.compile(r"none|unsloth_[a-z_]{1,32}(,unsloth_[a-z_]{1,32}){0,15}")
 
 # a config.json model_type (the outer model's, or its text_config's)
 _MODEL_TYPE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -217,6 +221,11 @@ def build(
             text = str(value).strip().replace(" ", "")
             if not _AXOLOTL_FLAGS.fullmatch(text):
                 raise _bad(key, value, "expected axolotl's legacy attention keys set true, comma-separated (e.g. flash_attention,flex_attention), or none", path, line)
+            out[key] = text
+        elif key == "axolotl_unsloth":
+            text = str(value).strip().replace(" ", "")
+            if not _AXOLOTL_UNSLOTH.fullmatch(text):
+                raise _bad(key, value, "expected axolotl's unsloth_* options set true, comma-separated (e.g. unsloth_lora_mlp,unsloth_rope), or none", path, line)
             out[key] = text
         elif key == "softmax_type":
             out["softmax_type"] = _choice(key, str(value).replace("_", "-"), SOFTMAX_TYPES, path, line)

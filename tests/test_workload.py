@@ -428,3 +428,14 @@ def test_axolotl_flags_are_a_workload_value_checked_for_shape(tmp_path: Path) ->
     with pytest.raises(InputError) as exc:
         resolve_workload(workload_file=f)
     assert "axolotl_flags" in exc.value.one_line()
+
+
+def test_axolotl_unsloth_is_a_workload_value_checked_for_shape(tmp_path: Path) -> None:
+    # what FW-AXOLOTL-TRANSFORMERS-4-48 reads: axolotl's unsloth_* options set true, comma-joined
+    f = tmp_path / "w.yaml"
+    f.write_text("framework: axolotl\naxolotl_unsloth: unsloth_lora_mlp, unsloth_rope\n")
+    assert resolve_workload(workload_file=f).axolotl_unsloth == "unsloth_lora_mlp,unsloth_rope"
+    f.write_text("axolotl_unsloth: lora_mlp\n")
+    with pytest.raises(InputError) as exc:
+        resolve_workload(workload_file=f)
+    assert "axolotl_unsloth" in exc.value.one_line()

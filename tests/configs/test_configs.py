@@ -537,6 +537,24 @@ def test_axolotl_legacy_flags_are_listed_for_the_one_flag_check(tmp_path: Path, 
 
 
 
+@pytest.mark.parametrize(
+    "text,unsloth",
+    [
+        ("", "none"),
+        ("unsloth_lora_mlp: true\n", "unsloth_lora_mlp"),
+        # in the reader's fixed order whatever the config's order; false or null options are not counted
+        ("unsloth_rope: true\nunsloth_cross_entropy_loss: true\nunsloth_rms_norm: false\nunsloth_lora_o: null\n",
+         "unsloth_cross_entropy_loss,unsloth_rope"),
+    ],
+)
+def test_axolotl_unsloth_options_are_listed(tmp_path: Path, text: str, unsloth: str) -> None:
+    # axolotl 0.7.0-0.16.x load monkeypatch/unsloth_.py (which imports LlamaFlashAttention2) for
+    # these options (FW-AXOLOTL-TRANSFORMERS-4-48 reads the list)
+    cfg = tmp_path / "axolotl.yaml"
+    cfg.write_text("base_model: x\n" + text)
+    assert read_config(cfg).workload["axolotl_unsloth"] == unsloth
+
+
 def test_check_reports_axolotls_refusal_of_two_attention_flags(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """sample-41 check-C: axolotl 0.8.1-0.16 stop at config load when two attention flags are true;
     0.17 takes the first in its order, and one flag alone passes."""
