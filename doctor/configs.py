@@ -122,9 +122,9 @@ _AXOLOTL_FLAG_KEYS = ("xformers_attention", "sdp_attention", "s2_attention", "fl
 
 
 # axolotl's unsloth_* options, each of which loads monkeypatch/unsloth_.py in 0.7.0-0.16.x (the first
-# three only for Llama-derived models: 0.16.1 loaders/patch_manager.py _patch_loss_llama; the others
-# after the model loads, for any model: _apply_unsloth_patches), in the order Workload.axolotl_unsloth
-# lists them
+# two only for Llama-derived models: 0.16.1 loaders/patch_manager.py _patch_loss_llama; lora_qkv/o
+# there too and, with lora_mlp and rope, after the model loads for any model: _apply_unsloth_patches),
+# in the order Workload.axolotl_unsloth lists them
 _AXOLOTL_UNSLOTH_KEYS = ("unsloth_cross_entropy_loss", "unsloth_rms_norm", "unsloth_lora_qkv", "unsloth_lora_o",
                          "unsloth_lora_mlp", "unsloth_rope")
 

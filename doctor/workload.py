@@ -102,6 +102,12 @@ _AXOLOTL_FLAGS = re.compile(r"none|[a-z0-9]{1,16}_attention(,[a-z0-9]{1,16}_atte
 # axolotl's unsloth_* options set true, comma-joined (see Workload.axolotl_unsloth), or "none"
 _AXOLOTL_UNSLOTH = re.compile(r"none|unsloth_[a-z_]{1,32}(,unsloth_[a-z_]{1,32}){0,15}")
 
+# the workload keys that hold a comma-joined list of axolotl config keys: (shape, what is expected)
+_AXOLOTL_KEY_LISTS = {
+    "axolotl_flags": (_AXOLOTL_FLAGS, "axolotl's legacy attention keys set true (e.g. flash_attention,flex_attention)"),
+    "axolotl_unsloth": (_AXOLOTL_UNSLOTH, "axolotl's unsloth_* options set true (e.g. unsloth_lora_mlp,unsloth_rope)"),
+}
+
 # a config.json model_type (the outer model's, or its text_config's)
 _MODEL_TYPE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
@@ -217,15 +223,11 @@ def build(
             if not _AXOLOTL_ATTN.fullmatch(text):
                 raise _bad(key, value, "expected an axolotl attention name (flash_attention_2, sdpa, xformers, a Hub kernel path, none, conflict)", path, line)
             out[key] = text
-        elif key == "axolotl_flags":
+        elif key in _AXOLOTL_KEY_LISTS:
+            pattern, expected = _AXOLOTL_KEY_LISTS[key]
             text = str(value).strip().replace(" ", "")
-            if not _AXOLOTL_FLAGS.fullmatch(text):
-                raise _bad(key, value, "expected axolotl's legacy attention keys set true, comma-separated (e.g. flash_attention,flex_attention), or none", path, line)
-            out[key] = text
-        elif key == "axolotl_unsloth":
-            text = str(value).strip().replace(" ", "")
-            if not _AXOLOTL_UNSLOTH.fullmatch(text):
-                raise _bad(key, value, "expected axolotl's unsloth_* options set true, comma-separated (e.g. unsloth_lora_mlp,unsloth_rope), or none", path, line)
+            if not pattern.fullmatch(text):
+                raise _bad(key, value, f"expected {expected}, comma-separated, or none", path, line)
             out[key] = text
         elif key == "softmax_type":
             out["softmax_type"] = _choice(key, str(value).replace("_", "-"), SOFTMAX_TYPES, path, line)

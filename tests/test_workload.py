@@ -419,23 +419,20 @@ def test_axolotl_attention_keys_are_workload_values(tmp_path: Path) -> None:
     assert "axolotl_attn='flash attention'" in exc.value.one_line()
 
 
-def test_axolotl_flags_are_a_workload_value_checked_for_shape(tmp_path: Path) -> None:
-    # what AXOLOTL-ATTENTION-FLAGS-EXCLUSIVE reads: axolotl's legacy flags set true, comma-joined
+@pytest.mark.parametrize(
+    "key, given, stored, bad",
+    [
+        # what AXOLOTL-ATTENTION-FLAGS-EXCLUSIVE reads: axolotl's legacy flags set true, comma-joined
+        ("axolotl_flags", "flash_attention, flex_attention", "flash_attention,flex_attention", "flash"),
+        # what FW-AXOLOTL-TRANSFORMERS-4-48 reads: axolotl's unsloth_* options set true, comma-joined
+        ("axolotl_unsloth", "unsloth_lora_mlp, unsloth_rope", "unsloth_lora_mlp,unsloth_rope", "lora_mlp"),
+    ],
+)
+def test_axolotl_key_lists_are_workload_values_checked_for_shape(tmp_path: Path, key: str, given: str, stored: str, bad: str) -> None:
     f = tmp_path / "w.yaml"
-    f.write_text("framework: axolotl\naxolotl_flags: flash_attention, flex_attention\n")
-    assert resolve_workload(workload_file=f).axolotl_flags == "flash_attention,flex_attention"
-    f.write_text("axolotl_flags: flash\n")
+    f.write_text(f"framework: axolotl\n{key}: {given}\n")
+    assert getattr(resolve_workload(workload_file=f), key) == stored
+    f.write_text(f"{key}: {bad}\n")
     with pytest.raises(InputError) as exc:
         resolve_workload(workload_file=f)
-    assert "axolotl_flags" in exc.value.one_line()
-
-
-def test_axolotl_unsloth_is_a_workload_value_checked_for_shape(tmp_path: Path) -> None:
-    # what FW-AXOLOTL-TRANSFORMERS-4-48 reads: axolotl's unsloth_* options set true, comma-joined
-    f = tmp_path / "w.yaml"
-    f.write_text("framework: axolotl\naxolotl_unsloth: unsloth_lora_mlp, unsloth_rope\n")
-    assert resolve_workload(workload_file=f).axolotl_unsloth == "unsloth_lora_mlp,unsloth_rope"
-    f.write_text("axolotl_unsloth: lora_mlp\n")
-    with pytest.raises(InputError) as exc:
-        resolve_workload(workload_file=f)
-    assert "axolotl_unsloth" in exc.value.one_line()
+    assert key in exc.value.one_line() and "comma-separated" in exc.value.one_line()
