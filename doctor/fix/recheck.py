@@ -264,7 +264,7 @@ def _runs_fa2(after: Diagnosis, backend: str) -> bool:
 
 
 def gpu_refused(facts: Facts, fix: Fix, after: Diagnosis) -> Tuple[str, ...]:
-    """A flash-attn pin whose own run-time arch check refuses one of this host's GPUs, where
+    """A flash-attn pin whose own run-time arch check (or, on ROCm, whose build) refuses one of this host's GPUs, where
     what runs after the fix calls flash-attn's kernels (doctor.releases.wheels.flash_attn_refuses_gpu):
     such a pin clears a version check and fails at the first step instead (flash-attn 2.6.3 on a
     Blackwell card). Where nothing calls flash-attn (TE picks its unfused backend on a Turing

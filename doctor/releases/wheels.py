@@ -22,6 +22,7 @@ a CUDA minor mismatch is fine, a torch minor mismatch is not (Dao-AILab/flash-at
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple
 
@@ -215,16 +216,51 @@ _FA_ARCH_CHECK = (
 )
 
 
+# flash-attn on ROCm (a HIP torch): setup.py builds for ROCm from 2.6.2 on (IS_HIP_EXTENSION; 2.6.1
+# and older compile CUDA sources only), with composable_kernel (CK) as the default backend, which
+# v2.6.2-v2.8.3 README.md gives as ROCm 6.0+ and MI200 or MI300 GPUs only (setup.py allowed_archs:
+# gfx90a, gfx940-942; gfx950 from 2.8.0). HIP reports gfx90a as 9.0, gfx94x as 9.4, gfx950 as 9.5,
+# and also 9.0 for the older gfx900/gfx906/gfx908 (MI25, MI50/MI60, MI100, Radeon VII), told apart
+# by name as the catalogue's amd_gfx9_before_gfx90a condition does. The Triton backend
+# (FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE at build and run time) has other limits: not judged.
+_FA_ROCM_FIRST = "2.6.2"
+_AMD_BEFORE_GFX90A = re.compile(r"(?i)\bMI(25|50|60|100)\b|Radeon (Pro )?VII|\bVega\b")
+
+
+def _ck_admits(sm: int, name: str, fa: Version) -> bool:
+    if sm == 90:
+        return not _AMD_BEFORE_GFX90A.search(name or "")
+    return sm == 94 or (sm == 95 and fa >= Version("2.8.0"))
+
+
+def _rocm_refuses(facts: Facts, want: Version) -> Optional[str]:
+    if (facts.env or {}).get("FLASH_ATTENTION_TRITON_AMD_ENABLE", "").upper() == "TRUE":
+        return None
+    if want < Version(_FA_ROCM_FIRST):
+        return f"flash-attn=={want.public} has no ROCm build (its setup.py compiles for ROCm from {_FA_ROCM_FIRST} on)"
+    hip = parse_version(facts.torch.hip or "")
+    if hip is not None and hip < Version("6.0"):
+        return f"flash-attn=={want.public}'s ROCm build needs ROCm 6.0 or newer (this torch: ROCm {facts.torch.hip})"
+    refused = sorted({g.name or f"sm{g.sm}" for g in (facts.gpus or ()) if not _ck_admits(g.sm, g.name, want)})
+    if refused:
+        return (f"flash-attn=={want.public}'s ROCm build (composable_kernel) supports MI200/MI300 "
+                f"(gfx90a, gfx94x{', gfx950' if want >= Version('2.8.0') else ''}) only, not {', '.join(refused)}")
+    return None
+
+
 def flash_attn_refuses_gpu(facts: Facts, pins: "Mapping[str, str]") -> Optional[str]:
     """Why a flash-attn pin cannot help on this host's GPUs: its own run-time arch check refuses
     one of them at the first call (flash-attn 2.6.3 on a Blackwell card, any 2.x on a Turing
-    card), or None. Only for a CUDA torch: ROCm builds of flash-attn have other checks."""
+    card), or on a ROCm torch its build has no ROCm support or no kernels for the GPU (an MI100),
+    or None."""
     want = parse_version(pins.get("flash-attn") or "")
-    if want is None or facts.torch.hip or not facts.gpus:
+    if want is None or not facts.gpus:
         return None
     have = parse_version((facts.packages or {}).get("flash-attn") or "")
     if have is not None and have.public == want.public:
         return None  # the installed release rebuilt for a new torch: no new refusal
+    if facts.torch.hip:
+        return _rocm_refuses(facts, want)
     for spec, admits, words in _FA_ARCH_CHECK:
         if version_matches(want.public, spec):
             refused = sorted({g.sm for g in facts.gpus if not admits(g.sm)})

@@ -142,4 +142,31 @@ def test_flash_attn_arch_check_per_release() -> None:
     assert refused("2.0.0", "7.5") and not refused("2.0.0", "8.6") and not refused("2.0.0", "9.0")
     assert refused("2.7.2.post1", "10.0") and refused("2.6.3", "12.0")
     assert not refused("2.7.3", "10.0") and not refused("2.8.3", "12.0") and refused("2.8.3", "7.5")
-    assert not refused("2.6.3", "10.0", hip=True)  # ROCm builds have their own checks
+
+
+def test_flash_attn_rocm_build_per_gpu() -> None:
+    """On a ROCm torch a flash-attn pin helps only from 2.6.2 (the first release whose setup.py
+    builds for ROCm) and only on the GPUs its composable_kernel backend supports: an MI100
+    reports compute capability 9.0 like an MI250 but is refused by name."""
+    from doctor.releases.wheels import flash_attn_refuses_gpu
+    from doctor.rules.cases import case_inputs
+
+    def why(version: str, name: str, cc: str, env: "dict | None" = None) -> "str | None":
+        facts, _ = case_inputs({"packages": {"torch": "2.5.1+rocm6.2"}, "torch": {"version": "2.5.1+rocm6.2", "hip": "6.2", "cuda": None},
+                                "gpus": [{"index": 0, "name": name, "compute_capability": cc}], "env": env or {}})
+        return flash_attn_refuses_gpu(facts, {"flash-attn": version})
+
+    assert why("2.7.4.post1", "AMD Instinct MI250X", "9.0") is None
+    assert why("2.7.4.post1", "AMD Instinct MI300X", "9.4") is None
+    refused = why("2.7.4.post1", "AMD Instinct MI100", "9.0")
+    assert refused and "MI100" in refused and "MI200/MI300" in refused
+    assert why("2.6.3", "AMD Radeon VII", "9.0") and why("2.8.3", "AMD Radeon RX 7900 XTX", "11.0")
+    assert why("2.7.4.post1", "AMD Instinct MI355X", "9.5") and why("2.8.3", "AMD Instinct MI355X", "9.5") is None
+    no_rocm = why("2.5.8", "AMD Instinct MI250X", "9.0")
+    assert no_rocm and "no ROCm build" in no_rocm and why("2.6.2", "AMD Instinct MI250X", "9.0") is None
+    facts, _ = case_inputs({"packages": {"torch": "2.2.2+rocm5.7"}, "torch": {"version": "2.2.2+rocm5.7", "hip": "5.7", "cuda": None},
+                            "gpus": [{"index": 0, "name": "AMD Instinct MI250X", "compute_capability": "9.0"}]})
+    old_rocm = flash_attn_refuses_gpu(facts, {"flash-attn": "2.7.4.post1"})
+    assert old_rocm and "ROCm 6.0" in old_rocm
+    # the Triton backend, chosen at build and run time, is not judged
+    assert why("2.7.4.post1", "AMD Instinct MI100", "9.0", {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE"}) is None
