@@ -65,6 +65,7 @@ FACT_PATHS = frozenset(
     + ["flash_attn.build"]
     + ["gpu.sm", "gpu.sm_max", "gpu.name", "gpu.count", "gpu.memory_mib", "python.version", "python.implementation"]
     + ["platform.os", "platform.arch", "platform.libc"]
+    + ["requires.broken"]
     + [f"workload.{f.name}" for f in fields(Workload) if f.name not in ("source", "defaulted", "context_parallel")]
     + [f"workload.{name}" for name in WORKLOAD_DERIVED]
     + [f"path.{name}" for name in PATH_FIELDS]
@@ -87,6 +88,81 @@ def startup_read(facts: Facts, check_id: str) -> bool:
         isinstance(r, Mapping) and r.get("check") == check_id and r.get("status") == "read" and startup_current(facts, r)
         for r in section.get("startup_checks") or ()
     )
+
+
+# The attention stack whose installed requirements `requires.broken` reads: the packages the
+# release catalogue fetches metadata for, plus the ones it names by prefix (TE, cuDNN, NCCL).
+_STACK_EXTRA = ("megatron-core", "flash-attn-3", "flash-attn-4", "kernels", "ring-flash-attn")
+
+
+def _in_stack(name: str) -> bool:
+    from doctor.releases.metadata import METADATA_FLOOR, tracked
+
+    n = canonical_name(name)
+    return tracked(n) or n in METADATA_FLOOR or n in _STACK_EXTRA
+
+
+def _marker_env(facts: Facts) -> Optional[Dict[str, str]]:
+    v = release(facts.python.version or "")
+    pv = v.release if v is not None else ()
+    if len(pv) < 2 or not facts.platform.system:
+        return None
+    system = {"linux": "Linux", "windows": "Windows", "darwin": "Darwin"}.get(facts.platform.system, facts.platform.system)
+    return {
+        "python_version": f"{pv[0]}.{pv[1]}",
+        "python_full_version": ".".join(str(x) for x in pv),
+        "sys_platform": {"Linux": "linux", "Windows": "win32", "Darwin": "darwin"}.get(system, system.lower()),
+        "platform_system": system,
+        "platform_machine": (facts.platform.arch or "").strip(),
+        "os_name": "nt" if system == "Windows" else "posix",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "extra": "",
+    }
+
+
+def broken_requirements(facts: Facts) -> Optional[Tuple[str, ...]]:
+    """What `pip check` says about the attention stack as installed: each requirement of an
+    installed package (its own Requires-Dist, `facts.requires`) on another installed one that the
+    installed version breaks, e.g. "ms-swift 3.6.4 requires transformers<4.53,>=4.33, but
+    transformers 5.0.0 is installed". None where the requirements were not probed. A requirement
+    whose marker cannot be decided here is skipped; so is torch's exact cuDNN pin (a newer cuDNN
+    over it is what several fixes install, and torch loads it)."""
+    if facts.requires is None or facts.packages is None:
+        return None
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.version import InvalidVersion, Version
+
+    env = _marker_env(facts)
+    installed = {canonical_name(k): v for k, v in facts.packages.items()}
+    out = []
+    for who, lines in sorted(facts.requires.items()):
+        who_n = canonical_name(who)
+        if not _in_stack(who_n) or who_n not in installed:
+            continue
+        for line in lines:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            dep = canonical_name(req.name)
+            have = installed.get(dep)
+            if have is None or not _in_stack(dep) or (who_n == "torch" and dep.startswith("nvidia-cudnn-cu")):
+                continue
+            if req.marker is not None:
+                try:
+                    if env is None or not req.marker.evaluate(env):
+                        continue
+                except Exception:  # an undefined marker name: not decidable here
+                    continue
+            try:
+                hv = Version(Version(have).public)
+            except InvalidVersion:
+                continue
+            if not req.specifier.contains(hv, prereleases=True):
+                spec = str(req.specifier) or "any version"
+                out.append(f"{who_n} {installed[who_n]} requires {dep}{spec}, but {dep} {have} is installed")
+    return tuple(out)
 
 
 def is_known_fact_path(path: str) -> bool:
@@ -319,6 +395,11 @@ def resolve(path: str, facts: Facts, workload: Workload) -> Value:
             # package: these are released in lockstep, so any of them gives TE's version
             return Value(True, installed_te(facts.packages))
         return Value(True, facts.packages.get(name))
+    if head == "requires" and rest == "broken":
+        broken = broken_requirements(facts)
+        if broken is None:
+            return _unknown(path, facts, "the installed packages' requirements were not probed")
+        return Value(True, "; ".join(broken) or None)
     if head == "startup":
         # whether the probe read this start-up check from the installed framework (then STARTUP-*
         # judges its window from the code, and a version table of the same window stays silent)

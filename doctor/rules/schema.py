@@ -140,6 +140,8 @@ TEST_CASE: Dict[str, Any] = {
         "contracts": {"type": "object"},
         "python": {"type": "object"},
         "platform": {"type": "object"},
+        # each installed package's Requires-Dist on other installed ones, as the probe records it
+        "requires": {"type": "object", "additionalProperties": _str_list},
         "workload": {"type": "object"},
         # fires cases only: the indices of the rule's fixes offered for this case (exactly those)
         "offers": {"type": "array", "items": {"type": "integer", "minimum": 0}, "uniqueItems": True},
