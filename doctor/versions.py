@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from packaging.version import InvalidVersion, Version
 
@@ -201,3 +201,22 @@ def parse_pin(text: str, *, what: str = "--assume") -> Pin:
         raise InputError(f"{what} {text!r}: expected NAME==VERSION", hint="e.g. --assume flash-attn==2.5.8")
     extras = tuple(sorted(e.strip().lower() for e in m.group(2)[1:-1].split(",") if e.strip())) if m.group(2) else ()
     return Pin(canonical_name(m.group(1)), m.group(3), extras)
+
+
+def marker_environment(python: str, system: str, machine: str, extra: str = "", python_full: Optional[str] = None) -> Dict[str, str]:
+    """The names a PEP 508 marker reads ("python_version < '3.13' and platform_machine == 'x86_64'"),
+    for CPython `python` ("3.12") on `system` (linux | windows | darwin) and `machine` as the
+    interpreter reports it. Shared by the offline resolver (doctor.fix.resolve) and the installed
+    requirements check (doctor.rules.conditions.broken_requirements)."""
+    platform_system = {"linux": "Linux", "windows": "Windows", "darwin": "Darwin"}.get(system, system)
+    return {
+        "python_version": python,
+        "python_full_version": python_full or python + ".0",
+        "sys_platform": {"Linux": "linux", "Windows": "win32", "Darwin": "darwin"}.get(platform_system, platform_system.lower()),
+        "platform_system": platform_system,
+        "platform_machine": machine,
+        "os_name": "nt" if platform_system == "Windows" else "posix",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "extra": extra,
+    }

@@ -36,6 +36,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from doctor.releases.catalogue import ReleaseCatalogue, torch_bundle
+from doctor.versions import marker_environment
 
 import resolvelib as _rl
 
@@ -143,17 +144,7 @@ class _Meta:
         return self._absent.get(name, [])
 
     def env(self, extra: str = "") -> Dict[str, str]:
-        return {
-            "python_version": self.python,
-            "python_full_version": self.python + ".0",
-            "sys_platform": "linux",
-            "platform_system": "Linux",
-            "platform_machine": self.machine,
-            "os_name": "posix",
-            "implementation_name": "cpython",
-            "platform_python_implementation": "CPython",
-            "extra": extra,
-        }
+        return marker_environment(self.python, "linux", self.machine, extra)
 
     def known(self, name: str) -> bool:
         return name == "torch" or self.rel.knows(name)

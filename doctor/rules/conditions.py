@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 from doctor.memo import Memo
 from doctor.rules.callpath import FIELDS as PATH_FIELDS
 from doctor.rules.callpath import FLASH_ATTN_FA3_HOPPER, CallPath
-from doctor.versions import canonical_name, release, version_matches, version_plain, version_verdict
+from doctor.versions import canonical_name, marker_environment, release, version_matches, version_plain, version_verdict
 from doctor.model import (
     WORKLOAD_DERIVED,
     WORKLOAD_UNKNOWN_WHEN_NONE,
@@ -107,18 +107,8 @@ def _marker_env(facts: Facts) -> Optional[Dict[str, str]]:
     pv = v.release if v is not None else ()
     if len(pv) < 2 or not facts.platform.system:
         return None
-    system = {"linux": "Linux", "windows": "Windows", "darwin": "Darwin"}.get(facts.platform.system, facts.platform.system)
-    return {
-        "python_version": f"{pv[0]}.{pv[1]}",
-        "python_full_version": ".".join(str(x) for x in pv),
-        "sys_platform": {"Linux": "linux", "Windows": "win32", "Darwin": "darwin"}.get(system, system.lower()),
-        "platform_system": system,
-        "platform_machine": (facts.platform.arch or "").strip(),
-        "os_name": "nt" if system == "Windows" else "posix",
-        "implementation_name": "cpython",
-        "platform_python_implementation": "CPython",
-        "extra": "",
-    }
+    return marker_environment(f"{pv[0]}.{pv[1]}", facts.platform.system, (facts.platform.arch or "").strip(),
+                              python_full=".".join(str(x) for x in pv))
 
 
 def broken_requirements(facts: Facts) -> Optional[Tuple[str, ...]]:
@@ -130,6 +120,7 @@ def broken_requirements(facts: Facts) -> Optional[Tuple[str, ...]]:
     over it is what several fixes install, and torch loads it)."""
     if facts.requires is None or facts.packages is None:
         return None
+    from packaging.markers import UndefinedEnvironmentName
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.version import InvalidVersion, Version
 
@@ -153,15 +144,14 @@ def broken_requirements(facts: Facts) -> Optional[Tuple[str, ...]]:
                 try:
                     if env is None or not req.marker.evaluate(env):
                         continue
-                except Exception:  # an undefined marker name: not decidable here
+                except UndefinedEnvironmentName:  # not decidable here
                     continue
             try:
                 hv = Version(Version(have).public)
             except InvalidVersion:
                 continue
             if not req.specifier.contains(hv, prereleases=True):
-                spec = str(req.specifier) or "any version"
-                out.append(f"{who_n} {installed[who_n]} requires {dep}{spec}, but {dep} {have} is installed")
+                out.append(f"{who_n} {installed[who_n]} requires {dep}{req.specifier}, but {dep} {have} is installed")
     return tuple(out)
 
 

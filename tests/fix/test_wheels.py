@@ -170,3 +170,19 @@ def test_flash_attn_rocm_build_per_gpu() -> None:
     assert old_rocm and "ROCm 6.0" in old_rocm
     # the Triton backend, chosen at build and run time, is not judged
     assert why("2.7.4.post1", "AMD Instinct MI100", "9.0", {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE"}) is None
+
+
+def test_rocm_gpu_names_match_the_catalogue_condition() -> None:
+    """The re-check tells an MI50/MI100 from an MI250 (all report 9.0) by the same names as the
+    catalogue's amd_gfx9_before_gfx90a condition: a card one of them learns and the other does not
+    would make `check` and the re-check disagree about the same GPU."""
+    from pathlib import Path
+
+    import yaml
+
+    from doctor.releases.wheels import _AMD_BEFORE_GFX90A
+
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "rules" / "conditions.yaml").read_text(encoding="utf-8"))
+    cond = next(c for c in doc["conditions"] if c["id"] == "amd_gfx9_before_gfx90a")
+    names = [leaf["matches"] for leaf in cond["when"]["all"] if leaf.get("fact") == "gpu.name"]
+    assert names == [_AMD_BEFORE_GFX90A.pattern]
