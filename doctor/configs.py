@@ -358,7 +358,7 @@ def _verl(t: _Taker, doc: Mapping[str, Any]) -> None:
         t.put("data.max_length", "seq_len", t.int_("max_length", data["max_length"]))
 
 
-def _megatron_values(t: _Taker, get: Callable[[str], Any], framework: str) -> None:
+def _megatron_values(t: _Taker, get: Callable[[str], Any], framework: str, legacy: bool = False) -> None:
     t.put(framework, "framework", framework)
     heads = get("num_attention_heads")
     if heads is not None:
@@ -428,7 +428,15 @@ def _megatron_values(t: _Taker, get: Callable[[str], Any], framework: str) -> No
                 raise t.bad("cp_comm_type", comm, "expected p2p, a2a, allgather or a2a+p2p")
             t.put("cp_comm_type", "context_parallel.comm_type", _MEGATRON_CP[str(comm)])
     backend = get("attention_backend")
-    if backend is not None:
+    if legacy:
+        # --use-legacy-models (Megatron-LM, Megatron-Core 0.11-0.17): pretrain_gpt.py builds
+        # megatron.legacy.model.GPTModel (core_v0.14.0 pretrain_gpt.py:146-147), a MegatronModule
+        # that never runs LanguageModule's check and setting of NVTE_*_ATTN; the variables stay as
+        # exported and --attention-backend / --flash-attention-version are not read
+        t.put("--use-legacy-models", "legacy_models", True)
+        if backend is not None or get("flash_attention_version") is not None:
+            t.notes.append("--use-legacy-models: the legacy models do not read --attention-backend or --flash-attention-version; the NVTE_* variables are taken from the environment as exported")
+    elif backend is not None:
         b = str(backend).split(".")[-1].lower()  # AttnBackend.flash in a NeMo YAML
         if b in _ATTN_BACKEND_ENV:
             t.env.update(_ATTN_BACKEND_ENV[b])
@@ -450,7 +458,7 @@ def _megatron_values(t: _Taker, get: Callable[[str], Any], framework: str) -> No
     # two generations when the model is built (core_v0.19.0 language_module.py:148-153), which TE
     # 2.18+ reads per generation (sample 26 row 26)
     fav = get("flash_attention_version")
-    if fav is not None:
+    if fav is not None and not legacy:
         n = t.int_("flash_attention_version", fav)
         if n not in (2, 3, 4):
             raise t.bad("flash_attention_version", fav, "expected 2, 3 or 4")
@@ -477,11 +485,12 @@ def _megatron_args(t: _Taker, text: str) -> None:
             values[key] = tokens[i + 1]
         else:
             values[key] = True
-    _megatron_values(t, values.get, "megatron")
+    legacy = values.get("use_legacy_models") is True
+    _megatron_values(t, values.get, "megatron", legacy=legacy)
     # pretrain_retro.py builds Megatron-Core's RetroModel for --retro-add-retriever unless
     # --use-legacy-models (core_v0.11.0 pretrain_retro.py:73-76)
     if values.get("retro_add_retriever") is True:
-        if values.get("use_legacy_models") is True:
+        if legacy:
             t.notes.append("--retro-add-retriever with --use-legacy-models: the legacy Retro model, whose attention is not Megatron-Core's; not read")
         else:
             t.put("--retro-add-retriever", "model_type", "retro")

@@ -455,6 +455,10 @@ class Workload:
     # Megatron-Core 0.19+ --flash-attention-version (2, 3 or 4): the model build sets
     # NVTE_FLASH_ATTN_V{other}=0, asserting any exported value equals that; None: not stated
     flash_attention_version: Optional[int] = None
+    # Megatron-LM --use-legacy-models (Megatron-Core 0.11-0.17): megatron.legacy's GPT/BERT/T5
+    # models, built without LanguageModule, so without Megatron-Core's check and setting of the
+    # NVTE_*_ATTN variables (--attention-backend is not read); False: Megatron-Core's models
+    legacy_models: bool = False
     # the use_cache a training forward runs with (from_pretrained/config use_cache, or passed to
     # the forward); None: not stated, so the model config's default (true in most checkpoints)
     use_cache: Optional[bool] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE

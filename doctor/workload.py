@@ -78,6 +78,7 @@ KEYS = (
     "tensor_parallel",
     "attention_backend",
     "flash_attention_version",
+    "legacy_models",
     "use_cache",
     "deterministic_flash_attn",
     "gradient_checkpointing",
@@ -115,7 +116,7 @@ _MODEL_TYPE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 # A workload key whose command-line flag has another name: `--distributed` is check's own option
 # (run on every rank), so the parallelism strategy (fsdp, deepspeed, megatron, ...) is `--strategy`
 FLAG_NAMES = {"distributed": "strategy"}
-BOOL_KEYS = ("alibi", "alibi_custom_slopes", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "paged_kv_cache", "sdpa_fa3", "pad_between_seqs", "xformers", "vision_tower", "qkv_weight_interleaved", "use_cache", "deterministic_flash_attn", "gradient_checkpointing", "model_compile", "static_cache", "axolotl_flash_flag", "axolotl_glm_dsa")
+BOOL_KEYS = ("alibi", "alibi_custom_slopes", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "paged_kv_cache", "sdpa_fa3", "pad_between_seqs", "xformers", "vision_tower", "qkv_weight_interleaved", "use_cache", "deterministic_flash_attn", "gradient_checkpointing", "model_compile", "static_cache", "axolotl_flash_flag", "axolotl_glm_dsa", "legacy_models")
 
 _DTYPE_ALIASES = {
     "float16": "fp16",

@@ -22,7 +22,7 @@ def run(*args: str, env: dict = None) -> Tuple[int, str, str]:  # type: ignore[a
         text=True,
         cwd=str(ROOT),
         env={**os.environ, "NO_COLOR": "1", **(env or {})},
-        timeout=120,
+        timeout=600,  # a hang guard, not a speed goal: a loaded 2-core machine took over 120 s
     )
     return p.returncode, p.stdout, p.stderr
 

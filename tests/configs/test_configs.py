@@ -570,3 +570,22 @@ def test_check_reports_axolotls_refusal_of_two_attention_flags(capsys: pytest.Ca
         assert ("AXOLOTL-ATTENTION-FLAGS-EXCLUSIVE" in fired) is want, (flags, axolotl, sorted(fired))
         if want:
             assert code == 1
+
+
+def test_megatron_legacy_models_leave_the_nvte_variables_alone(tmp_path: Path) -> None:
+    # --use-legacy-models builds megatron.legacy's GPTModel, which never runs Megatron-Core's
+    # check of the NVTE_*_ATTN variables: the config states the legacy model and writes no variable
+    # for --attention-backend (nor the default auto the check would have asserted against)
+    args = tmp_path / "args.txt"
+    args.write_text("--num-attention-heads 32 --use-legacy-models --attention-backend fused --bf16\n")
+    got = read_config(args)
+    assert got.workload["legacy_models"] is True
+    assert "attention_backend" not in got.workload and not got.env
+    assert any("--use-legacy-models" in n for n in got.notes)
+    args.write_text("--num-attention-heads 32 --use-legacy-models\n")
+    got = read_config(args)
+    assert got.workload["legacy_models"] is True and "attention_backend" not in got.workload
+    args.write_text("--num-attention-heads 32 --attention-backend fused\n")
+    got = read_config(args)
+    assert "legacy_models" not in got.workload and got.env["NVTE_FUSED_ATTN"] == "1"
+
