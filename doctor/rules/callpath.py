@@ -665,8 +665,8 @@ def hf_padding_free_mask(workload: Workload, framework: Optional[str], library: 
     when the forward has position_ids, no attention_mask and no KV cache (4.53.1/4.57.1/5.0.0/
     5.23.0 masking_utils.py), and create_causal_mask then ANDs the per-sample mask and sets
     allow_is_causal_skip False (4.53.1-4.57.x only with torch >= 2.6; 5.x always). Not where the
-    loop keeps the model's default cache (transformers' own 4.x Trainer, accelerate/PEFT loops,
-    trl < 0.19 on 4.x; an accelerate loop on 5.x) unless the workload says the cache is off
+    loop keeps the model's default cache (transformers' own 4.x Trainer, accelerate/PEFT/DeepSpeed
+    loops and trl < 0.19 on 4.x; an accelerate loop on 5.x) unless the workload says the cache is off
     (use_cache false or gradient checkpointing on), nor where it says the cache is on; not where
     trl 0.19.0-0.23.0 drop the position_ids, nor for models that never search."""
     from doctor.versions import version_matches
@@ -689,7 +689,9 @@ def hf_padding_free_mask(workload: Workload, framework: Optional[str], library: 
     cache = False if workload.gradient_checkpointing or workload.use_cache is False else workload.use_cache
     if cache:
         return False
-    if cache is None and not v5 and (framework in ("transformers", "accelerate", "peft") or (framework == "trl" and trl is not None and version_matches(trl, "<0.19.0"))):
+    # a DeepSpeed run (its JSON: the 4.x Trainer or a deepspeed.initialize loop) keeps it too: the
+    # engine hands the batch on untouched (sample 45 row 21)
+    if cache is None and not v5 and (framework in ("transformers", "accelerate", "peft", "deepspeed") or (framework == "trl" and trl is not None and version_matches(trl, "<0.19.0"))):
         return False
     if cache is None and v5 and framework == "accelerate":
         return False

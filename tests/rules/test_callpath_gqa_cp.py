@@ -92,6 +92,16 @@ def test_default_sdpa_packed_mask_before_the_backend_is_chosen() -> None:
     assert _path({**HF, "trl": "0.23.1"}, {**wl, "framework": "unsloth"}).packed_mask is False
 
 
+def test_a_deepspeed_run_on_4x_keeps_the_cache() -> None:
+    """Sample 45 row 21: a DeepSpeed run on transformers 4.x (the Trainer with a DeepSpeed JSON, or a
+    deepspeed.initialize loop) keeps config.use_cache, so no packed mask is built unless the cache is
+    stated off; on 5.x (the Trainer turns the cache off) the packed mask is built."""
+    wl = {**PF, "attn_implementation": "sdpa", "framework": "deepspeed", "model_type": "llama"}
+    assert _path(HF, wl).packed_mask is False
+    assert _path(HF, {**wl, "use_cache": False}).packed_mask is True
+    assert _path({**HF, "transformers": "5.23.0"}, wl).packed_mask is True
+
+
 @pytest.mark.parametrize("tf", ["4.57.1", "5.0.0", "5.23.0"])
 @pytest.mark.parametrize("model_type", ["bert", "xlm-roberta", "megatron-bert"])
 def test_bert_style_decoders_never_build_a_packed_mask(tf: str, model_type: str) -> None:
