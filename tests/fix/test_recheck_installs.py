@@ -157,3 +157,29 @@ def test_a_flash_attn_pin_is_not_refused_where_nothing_calls_flash_attn() -> Non
     # with attn_implementation sdpa the pin only changes a package nothing here calls
     case = {**HF_FA2, "workload": {**HF_FA2["workload"], "attn_implementation": "sdpa"}}  # type: ignore[dict-item]
     assert not any("refuses" in u for u in _fa_pin("10.0", "2.6.3", case).uninstallable)
+
+
+def _te_pin(cudnn: str, te: str):  # type: ignore[no-untyped-def]
+    # TE 2.1 on a torch 2.3.1 host; the fix moves TE only (no cuDNN, no torch)
+    cat = load_catalogue()
+    case = {
+        "packages": {"transformer-engine": "2.1.0", "torch": "2.3.1"},
+        "torch": {"version": "2.3.1+cu121", "cuda": "12.1"},
+        "gpu": "9.0",
+        "cudnn": {"version": cudnn},
+        "python": {"version": "3.11.9"},
+        "platform": {"os": "Linux 6.8.0", "arch": "x86_64", "libc": "glibc 2.35"},
+        "imports": {"transformer_engine": {"status": "ok"}, "transformer_engine.pytorch": {"status": "ok"}},
+    }
+    facts, wl = case_inputs(case)
+    return recheck(cat, facts, wl, Fix("move TE", pins=(Pin("transformer-engine", te),)), (), diagnose(cat, facts, wl))
+
+
+def test_a_te_pin_that_links_cudnn_9_is_not_verified_beside_a_cudnn_8() -> None:
+    # TE 2.2+ link libcudnn.so.9: on torch 2.3's cuDNN 8.9 the upgraded TE would not import,
+    # although the installed TE 2.1 imported fine (the re-check must not trust that observation)
+    r = _te_pin("8.9.2", "2.5.0")
+    assert not r.verified and "TE-LINKS-CUDNN-9-CUDNN-8-HERE" in r.new_errors
+    # the same pin beside a cuDNN 9, and a pin that stays below 2.2, are clean
+    assert "TE-LINKS-CUDNN-9-CUDNN-8-HERE" not in _te_pin("9.1.0", "2.5.0").new_errors
+    assert "TE-LINKS-CUDNN-9-CUDNN-8-HERE" not in _te_pin("8.9.2", "2.1.0").new_errors
