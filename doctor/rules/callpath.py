@@ -636,7 +636,13 @@ _BERT_STYLE_DECODERS = (
 # kosmos2_5 :982 (sample 32 row 12)
 _NO_POSITION_IDS_5X = (
     "bloom", "kosmos-2.5", "kosmos2_5", "mpt", "musicgen", "musicgen_melody", "opt", "trocr", "xglm")
-_NO_SEARCH_EVER = frozenset(("kosmos-2", "kosmos2", "idefics", "biogpt") + _BERT_STYLE_DECODERS + _NO_POSITION_IDS_5X)
+# ModernBERT (4.48 on) never hands its attention the position_ids: 4.48-4.57 fill a missing
+# attention_mask with ones and build the bidirectional mask, or with flash_attention_2 the
+# unpadding (cu_seqlens), from it (4.57.1 models/modernbert/modeling_modernbert.py:839-852); 5.x
+# builds create_bidirectional_mask from the attention_mask and keeps position_ids for the rotary
+# embedding only (5.5.0 :460-485), so packed samples are never separated (pass 16 check-8 D2)
+_MODERNBERT = ("modernbert",)
+_NO_SEARCH_EVER = frozenset(("kosmos-2", "kosmos2", "idefics", "biogpt") + _BERT_STYLE_DECODERS + _NO_POSITION_IDS_5X + _MODERNBERT)
 # Decoders of encoder-decoder families run as causal LMs (BartForCausalLM and its copies): from
 # 5.0.0 their decoder calls create_causal_mask without position_ids (5.0.0 modeling_bart.py:808,
 # marian :761, pegasus :813, blenderbot :759, blenderbot_small :749, mbart :811, plbart :740,

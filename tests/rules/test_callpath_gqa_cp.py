@@ -464,6 +464,10 @@ def test_unsloth_own_family_is_the_families_its_loaders_patch(model: Optional[st
         ("blenderbot-small", "5.24.0", False), ("mbart", "5.23.0", False), ("plbart", "5.0.0", False),
         ("bigbird_pegasus", "5.24.0", False), ("mvp", "5.0.0", False), ("mvp", "5.24.0", False),
         ("whisper", "5.24.0", True),
+        # ModernBERT: 4.57.1 fills a missing mask with ones and builds its mask (or FA2's unpadding)
+        # from it (modeling_modernbert.py:839-852); 5.5.0 keeps position_ids for the rotary
+        # embedding only (:460-485) (pass 16 check-8 D2)
+        ("modernbert", "4.57.1", False), ("modernbert", "5.5.0", False), ("modernbert", "5.23.0", False),
     ],
 )
 def test_models_without_position_ids_never_build_a_packed_mask(model_type: str, tf: str, want: bool) -> None:
