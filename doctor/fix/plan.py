@@ -223,6 +223,8 @@ class _Planner:
         self.rel, self.cat, self.facts, self.workload, self.before = rel, cat, facts, workload, before
         self.installed: Dict[str, str] = dict(facts.packages or {})
         self.torch0: Optional[str] = facts.torch.version or self.installed.get("torch")
+        # an Ascend NPU torch: torch-npu is built for one torch release (ReleaseCatalogue.cuda_build_ok)
+        self._npu: bool = "torch-npu" in self.installed
         pv = parse_version(facts.python.version) if facts.python.version else None
         self.python: Optional[str] = f"{pv.major}.{pv.minor}" if pv else None
         self.env0: Dict[str, str] = dict(facts.env or {})
@@ -283,7 +285,7 @@ class _Planner:
         return (
             self.rel.python_ok(name, version, self.python)
             and self.rel.platform_ok(name, version, self.platform)
-            and self.rel.cuda_build_ok(name, version, self.platform, self.torch0, rocm=bool(self.facts.torch.hip))
+            and self.rel.cuda_build_ok(name, version, self.platform, self.torch0, rocm=bool(self.facts.torch.hip), npu=self._npu)
         )
 
     def cudnn_dist(self, torch_version: Optional[str] = None) -> Optional[str]:
@@ -328,9 +330,11 @@ class _Planner:
         if not self.rel.platform_ok(name, version, self.platform):
             self.notes.append(f"{rule_id}: PyPI has no {name}=={version} wheel for {self.platform}; not pinned")
             return None
-        if not self.rel.cuda_build_ok(name, version, self.platform, self.torch0, rocm=bool(self.facts.torch.hip)):
-            gpu = non_cuda_gpu_torch(self.torch0, bool(self.facts.torch.hip))
-            if gpu:
+        if not self.rel.cuda_build_ok(name, version, self.platform, self.torch0, rocm=bool(self.facts.torch.hip), npu=self._npu):
+            gpu = non_cuda_gpu_torch(self.torch0, bool(self.facts.torch.hip), self._npu)
+            if gpu == "Ascend NPU":
+                self.notes.append(f"{rule_id}: {name}=={version} would leave torch-npu without the torch release it is built for (move both by hand); not pinned")
+            elif gpu:
                 self.notes.append(f"{rule_id}: {name}=={version} from PyPI is no {gpu} build (use PyTorch's {gpu} index by hand); not pinned")
             else:
                 self.notes.append(f"{rule_id}: PyPI's {name}=={version} for {self.platform} is a CPU-only build; not pinned")

@@ -161,15 +161,18 @@ def uninstallable(facts: Facts, fix: Fix) -> Tuple[str, ...]:
     plat = facts.platform
     platform = f"{plat.system}-{plat.machine}" if plat.system and plat.machine else None
     torch0 = facts.torch.version or (facts.packages or {}).get("torch")
+    npu = "torch-npu" in (facts.packages or {})
     out: List[str] = []
     for pin in fix.pins:
         if not rel.python_ok(pin.name, pin.version, python):
             out.append(f"{pin.name}=={pin.version} does not install on Python {python}")
         elif not rel.platform_ok(pin.name, pin.version, platform):
             out.append(f"PyPI has no {pin.name}=={pin.version} wheel for {platform}")
-        elif not rel.cuda_build_ok(pin.name, pin.version, platform, torch0, rocm=bool(facts.torch.hip)):
-            gpu = non_cuda_gpu_torch(torch0, bool(facts.torch.hip))
-            if gpu:
+        elif not rel.cuda_build_ok(pin.name, pin.version, platform, torch0, rocm=bool(facts.torch.hip), npu=npu):
+            gpu = non_cuda_gpu_torch(torch0, bool(facts.torch.hip), npu)
+            if gpu == "Ascend NPU":
+                out.append(f"{pin.name}=={pin.version} would leave torch-npu without the torch release it is built for")
+            elif gpu:
                 out.append(f"{pin.name}=={pin.version} from PyPI is no {gpu} build: it would replace this {gpu} torch")
             else:
                 out.append(f"PyPI's {pin.name}=={pin.version} for {platform} is a CPU-only build")

@@ -91,12 +91,16 @@ class TorchBundle:
 TORCH_CUDA_WHEELS_FROM: Mapping[str, Optional[str]] = MappingProxyType({"linux-aarch64": "2.11.0", "windows-x86_64": None})
 
 
-def non_cuda_gpu_torch(installed_torch: Optional[str], rocm: bool = False) -> Optional[str]:
+def non_cuda_gpu_torch(installed_torch: Optional[str], rocm: bool = False, npu: bool = False) -> Optional[str]:
     """"ROCm" or "XPU" where the installed torch is such a build (torch.hip set, or a +rocm / +xpu
-    label): PyPI's torch would replace it with a CUDA build. None otherwise."""
+    label), "Ascend NPU" where torch-npu is installed beside it (`npu`; each torch-npu release
+    requires one torch release, e.g. torch-npu 2.1.0.post8: torch==2.1.0+cpu): PyPI's torch would
+    replace it with a CUDA build, or leave torch_npu without its torch. None otherwise."""
     label = (installed_torch or "").partition("+")[2]
     if rocm or "rocm" in label:
         return "ROCm"
+    if npu:
+        return "Ascend NPU"
     return "XPU" if label.startswith("xpu") else None
 
 
@@ -208,7 +212,13 @@ class ReleaseCatalogue:
         return platform in rel.platforms
 
     def cuda_build_ok(
-        self, name: str, version: str, platform: Optional[str], installed_torch: Optional[str] = None, rocm: bool = False
+        self,
+        name: str,
+        version: str,
+        platform: Optional[str],
+        installed_torch: Optional[str] = None,
+        rocm: bool = False,
+        npu: bool = False,
     ) -> bool:
         """Is PyPI's wheel of this release for this platform a CUDA build, where the catalogue knows
         it is not (torch below TORCH_CUDA_WHEELS_FROM on that platform)? True otherwise, and when
@@ -216,8 +226,9 @@ class ReleaseCatalogue:
         True too where `fix` installs the pin from PyTorch's CUDA index instead of PyPI
         (torch_cuda_index_tag: the installed torch carries a +cuXXX label and the pin's CUDA is known).
         False for any torch pin over a ROCm or Intel XPU torch (`rocm`, or a +rocm / +xpu label): `fix`
-        would install PyPI's torch, a CUDA (or CPU) build, over it, and the AMD or Intel GPU would be lost."""
-        if name == "torch" and non_cuda_gpu_torch(installed_torch, rocm):
+        would install PyPI's torch, a CUDA (or CPU) build, over it, and the AMD or Intel GPU would be lost;
+        the same beside torch-npu (`npu`), which is built for one torch release."""
+        if name == "torch" and non_cuda_gpu_torch(installed_torch, rocm, npu):
             return False
         if name != "torch" or not platform or platform not in TORCH_CUDA_WHEELS_FROM:
             return True

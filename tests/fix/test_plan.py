@@ -427,3 +427,15 @@ def test_no_torch_pin_is_planned_over_a_rocm_torch(tmp_path: Path, rel) -> None:
     plan = plan_fixes(rel, cat, facts, workload)
     assert not [p for p in pins(plan) if p.startswith("torch==")], pins(plan)
     assert any("no XPU build" in n for n in plan.notes), plan.notes
+    # an Ascend NPU torch (torch-npu beside it): torch-npu is built for one torch release, so
+    # moving torch alone breaks torch_npu; not planned, and the re-check says why
+    npu_case = {**case, "packages": {"torch": "2.0.1", "torch-npu": "2.1.0.post8"}}
+    facts, workload = case_inputs({**npu_case, "torch": {"version": "2.0.1+cpu"}})
+    plan = plan_fixes(rel, cat, facts, workload)
+    assert not [p for p in pins(plan) if p.startswith("torch==")], pins(plan)
+    assert any("would leave torch-npu without" in n for n in plan.notes), plan.notes
+    assert not rel.cuda_build_ok("torch", "2.8.0", "linux-x86_64", "2.0.1", npu=True)
+    from doctor.fix.recheck import uninstallable
+
+    fix = cat.rules[0].fixes[0]
+    assert any("torch-npu" in why for why in uninstallable(facts, fix))
