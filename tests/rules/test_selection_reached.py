@@ -139,11 +139,13 @@ TE_BROKEN = {"transformer_engine": {"status": "ok"},
              "transformer_engine.pytorch": {"status": "error", "error": "ImportError: transformer_engine_torch.so: undefined symbol: _ZN3c1019UndefinedTensorImpl10_singletonE"}}
 
 
-@pytest.mark.parametrize("window", [False, True], ids=["te-import-fails", "window-refused"])
-def test_no_te_finding_about_its_choice_fires_where_te_stops_first(window: bool) -> None:
+@pytest.mark.parametrize("stop_kind", ["import", "window", "mcore-env"], ids=["te-import-fails", "window-refused", "mcore-nvte-assert"])
+def test_no_te_finding_about_its_choice_fires_where_te_stops_first(stop_kind: str) -> None:
     """Each fires case of every TE finding that reads TE's choice, with TE stopped first: its
     extension does not import (TE-IMPORT-FAILS), or a causal mask meets window (-1, 64), which
-    check_set_window_size refuses in DotProductAttention.__init__ (TE-WINDOW-SIZE-REFUSED)."""
+    check_set_window_size refuses in DotProductAttention.__init__ (TE-WINDOW-SIZE-REFUSED), or
+    Megatron-Core 0.14's check of NVTE_FLASH_ATTN=0 against its default backend (auto) stops the
+    model build before any TE layer exists (MCORE-NVTE-ATTN-ENV-ASSERT)."""
     cat, cases = _te()
     fw = next(f for f in cat.frameworks if f.id == "transformer-engine")
     ids = {b.id for b in fw.backends} | {m.id for b in fw.backends for m in b.members}
@@ -151,9 +153,15 @@ def test_no_te_finding_about_its_choice_fires_where_te_stops_first(window: bool)
     wrong, stopped = [], 0
     for rid, i, case in cases:
         case = dict(case)
-        if window:
+        if stop_kind == "window":
             case["workload"] = {**(case.get("workload") or {}), "window_size": [-1, 64], "mask": "causal"}
             stop = "TE-WINDOW-SIZE-REFUSED"
+        elif stop_kind == "mcore-env":
+            case["workload"] = {k: v for k, v in (case.get("workload") or {}).items() if k not in ("attention_backend", "legacy_models")}
+            case["workload"]["framework"] = "megatron"
+            case["packages"] = {**(case.get("packages") or {}), "megatron-core": "0.14.0"}
+            case["env"] = {**(case.get("env") or {}), "NVTE_FLASH_ATTN": "0"}
+            stop = "MCORE-NVTE-ATTN-ENV-ASSERT"
         else:
             case["imports"] = {**(case.get("imports") or {}), **TE_BROKEN}
             stop = "TE-IMPORT-FAILS"
