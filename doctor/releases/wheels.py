@@ -44,6 +44,7 @@ class WheelTarget:
     cxx11_abi: Optional[bool]
     python: Optional[str]  # "3.10"
     assumed: Tuple[str, ...] = ()  # what was filled in from the catalogue, not probed
+    hip: Optional[str] = None  # torch.version.hip of a probed ROCm build (never for a moved torch)
 
     @property
     def torch_mm(self) -> str:
@@ -138,7 +139,8 @@ def wheel_target(facts: Facts, torch_version: Optional[str] = None) -> Optional[
     if facts.python.version:
         pv = parse_version(facts.python.version)
         py = f"{pv.major}.{pv.minor}" if pv else None
-    return WheelTarget(torch=version, cuda=cuda, cxx11_abi=abi, python=py, assumed=tuple(assumed))
+    hip = None if moved else (facts.torch.hip or None)
+    return WheelTarget(torch=version, cuda=cuda, cxx11_abi=abi, python=py, assumed=tuple(assumed), hip=hip)
 
 
 def build_command(version: str) -> str:
@@ -281,6 +283,22 @@ def choose_wheel(rel: ReleaseCatalogue, version: str, target: WheelTarget) -> Wh
         + (f"; but {fails}" if fails else "")
     )
     notes = [f"assumed {a}" for a in target.assumed]
+    if target.cuda is None and target.hip:
+        # ROCm: setup.py builds for HIP from 2.6.2 on; its CachedWheelsCommand asks GitHub
+        # Releases for a +rocm{hip}torch{mm} wheel (v2.6.2-v2.8.3 get_wheel_url IS_ROCM branch),
+        # which no release's publish.yml builds (CUDA jobs only), so the download fails and it
+        # compiles the composable_kernel extension (sample 47 row 24)
+        notes = [n for n in notes if not n.startswith("assumed C++ ABI")]  # no wheel to match
+        fv = parse_version(version)
+        if fv is not None and fv < Version(_FA_ROCM_FIRST):
+            return WheelChoice(version, False, notes=tuple(notes + [f"torch {target.torch} is a ROCm build and flash-attn {version}'s setup.py compiles CUDA sources only (ROCm builds from {_FA_ROCM_FIRST} on)"]), build=build)
+        rocm_how = (
+            f"no prebuilt wheel: its setup.py asks for a +rocm wheel that no release publishes and builds the "
+            f"composable_kernel extension from source with `{build}` (needs hipcc of torch's ROCm, ninja, and an hour "
+            "or more; GPU_ARCHS defaults to this machine's GPU; MAX_JOBS bounds RAM)"
+            + (f"; but {fails}" if fails else "")
+        )
+        return WheelChoice(version, False, notes=tuple(notes + [f"torch {target.torch} is a ROCm build (HIP {target.hip}) and flash-attn {version} publishes CUDA wheels only; {rocm_how}"]), build=build, build_fails=fails)
     if target.cuda is None:
         return WheelChoice(version, False, notes=tuple(notes + [f"torch {target.torch} is not a CUDA build: flash-attn needs one"]), build=build)
     builds = rel.flash_attn_wheels.get(version)

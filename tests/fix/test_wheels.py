@@ -186,3 +186,20 @@ def test_rocm_gpu_names_match_the_catalogue_condition() -> None:
     cond = next(c for c in doc["conditions"] if c["id"] == "amd_gfx9_before_gfx90a")
     names = [leaf["matches"] for leaf in cond["when"]["all"] if leaf.get("fact") == "gpu.name"]
     assert names == [_AMD_BEFORE_GFX90A.pattern]
+
+
+def test_rocm_target_says_no_rocm_wheel(rel) -> None:  # type: ignore[no-untyped-def]
+    """Sample 47 row 24: a ROCm torch gets no flash-attn wheel (publish.yml builds CUDA wheels
+    only) and compiles the composable_kernel build from 2.6.2; before 2.6.2 there is no ROCm build."""
+    facts = Facts(torch=TorchInfo(version="2.6.0+rocm6.2.4", cuda=None, hip="6.2.41133"), python=PythonInfo(version="3.11.9"))
+    target = wheel_target(facts)
+    assert target is not None and target.hip == "6.2.41133" and target.cuda is None
+    choice = choose_wheel(rel, "2.7.4.post1", target)
+    assert not choice.available
+    assert "ROCm build" in choice.notes[-1] and "composable_kernel" in choice.notes[-1]
+    assert not any(n.startswith("assumed C++ ABI") for n in choice.notes)
+    old = choose_wheel(rel, "2.6.1", target)
+    assert not old.available and "CUDA sources only" in old.notes[-1]
+    # a plan that moves torch judges the default (CUDA) build of the new release, not this ROCm one
+    moved = wheel_target(facts, "2.7.1")
+    assert moved is not None and moved.hip is None
