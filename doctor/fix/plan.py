@@ -36,7 +36,7 @@ from doctor.fix.recheck import apply_fix, compare, marker_machine, moved_text, p
 from doctor.fix.resolve import Resolution, resolve
 from doctor.releases.wheels import WheelChoice, choose_wheel, flash_attn_unbuildable, source_build_fails, wheel_target
 from doctor.model import Facts, Finding, Fix, Pin, Severity, Workload
-from doctor.releases.catalogue import non_cuda_gpu_torch, ReleaseCatalogue, cuda_major_after, torch_bundle
+from doctor.releases.catalogue import ASCEND_NPU, non_cuda_gpu_torch, ReleaseCatalogue, cuda_major_after, torch_bundle
 from doctor.rules.conditions import Context
 from doctor.rules.evaluate import Diagnosis, diagnose, offered_fixes, render, render_workload, unsure_note
 from doctor.rules.loader import Catalogue, Rule
@@ -332,7 +332,7 @@ class _Planner:
             return None
         if not self.rel.cuda_build_ok(name, version, self.platform, self.torch0, rocm=bool(self.facts.torch.hip), npu=self._npu):
             gpu = non_cuda_gpu_torch(self.torch0, bool(self.facts.torch.hip), self._npu)
-            if gpu == "Ascend NPU":
+            if gpu == ASCEND_NPU:
                 self.notes.append(f"{rule_id}: {name}=={version} would leave torch-npu without the torch release it is built for (move both by hand); not pinned")
             elif gpu:
                 self.notes.append(f"{rule_id}: {name}=={version} from PyPI is no {gpu} build (use PyTorch's {gpu} index by hand); not pinned")

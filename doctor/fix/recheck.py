@@ -153,7 +153,7 @@ def uninstallable(facts: Facts, fix: Fix) -> Tuple[str, ...]:
     platform or release: not counted (the planner's `_check_pin` makes the same checks)."""
     if not fix.pins:
         return ()
-    from doctor.releases.catalogue import load_release_catalogue, non_cuda_gpu_torch
+    from doctor.releases.catalogue import ASCEND_NPU, load_release_catalogue, non_cuda_gpu_torch
 
     rel = load_release_catalogue()
     pv = parse_version(facts.python.version) if facts.python.version else None
@@ -170,7 +170,7 @@ def uninstallable(facts: Facts, fix: Fix) -> Tuple[str, ...]:
             out.append(f"PyPI has no {pin.name}=={pin.version} wheel for {platform}")
         elif not rel.cuda_build_ok(pin.name, pin.version, platform, torch0, rocm=bool(facts.torch.hip), npu=npu):
             gpu = non_cuda_gpu_torch(torch0, bool(facts.torch.hip), npu)
-            if gpu == "Ascend NPU":
+            if gpu == ASCEND_NPU:
                 out.append(f"{pin.name}=={pin.version} would leave torch-npu without the torch release it is built for")
             elif gpu:
                 out.append(f"{pin.name}=={pin.version} from PyPI is no {gpu} build: it would replace this {gpu} torch")

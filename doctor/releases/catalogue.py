@@ -91,6 +91,9 @@ class TorchBundle:
 TORCH_CUDA_WHEELS_FROM: Mapping[str, Optional[str]] = MappingProxyType({"linux-aarch64": "2.11.0", "windows-x86_64": None})
 
 
+ASCEND_NPU = "Ascend NPU"  # non_cuda_gpu_torch's answer beside torch-npu (no PyTorch index to point at)
+
+
 def non_cuda_gpu_torch(installed_torch: Optional[str], rocm: bool = False, npu: bool = False) -> Optional[str]:
     """"ROCm" or "XPU" where the installed torch is such a build (torch.hip set, or a +rocm / +xpu
     label), "Ascend NPU" where torch-npu is installed beside it (`npu`; each torch-npu release
@@ -100,7 +103,7 @@ def non_cuda_gpu_torch(installed_torch: Optional[str], rocm: bool = False, npu: 
     if rocm or "rocm" in label:
         return "ROCm"
     if npu:
-        return "Ascend NPU"
+        return ASCEND_NPU
     return "XPU" if label.startswith("xpu") else None
 
 

@@ -235,11 +235,19 @@ def _ck_admits(sm: int, name: str, fa: Version) -> bool:
     return sm == 94 or (sm == 95 and fa >= Version("2.8.0"))
 
 
+def _no_rocm_build(want: Version) -> Optional[str]:
+    """Why a release has no ROCm build at all (setup.py compiles CUDA sources only before 2.6.2)."""
+    if want < Version(_FA_ROCM_FIRST):
+        return f"flash-attn=={want.public} has no ROCm build (its setup.py compiles for ROCm from {_FA_ROCM_FIRST} on)"
+    return None
+
+
 def _rocm_refuses(facts: Facts, want: Version) -> Optional[str]:
     if (facts.env or {}).get("FLASH_ATTENTION_TRITON_AMD_ENABLE", "").upper() == "TRUE":
         return None
-    if want < Version(_FA_ROCM_FIRST):
-        return f"flash-attn=={want.public} has no ROCm build (its setup.py compiles for ROCm from {_FA_ROCM_FIRST} on)"
+    no_rocm = _no_rocm_build(want)
+    if no_rocm:
+        return no_rocm
     hip = parse_version(facts.torch.hip or "")
     if hip is not None and hip < Version("6.0"):
         return f"flash-attn=={want.public}'s ROCm build needs ROCm 6.0 or newer (this torch: ROCm {facts.torch.hip})"
@@ -290,8 +298,9 @@ def choose_wheel(rel: ReleaseCatalogue, version: str, target: WheelTarget) -> Wh
         # compiles the composable_kernel extension (sample 47 row 24)
         notes = [n for n in notes if not n.startswith("assumed C++ ABI")]  # no wheel to match
         fv = parse_version(version)
-        if fv is not None and fv < Version(_FA_ROCM_FIRST):
-            return WheelChoice(version, False, notes=tuple(notes + [f"torch {target.torch} is a ROCm build and flash-attn {version}'s setup.py compiles CUDA sources only (ROCm builds from {_FA_ROCM_FIRST} on)"]), build=build)
+        no_rocm = _no_rocm_build(fv) if fv is not None else None
+        if no_rocm:
+            return WheelChoice(version, False, notes=tuple(notes + [f"torch {target.torch} is a ROCm build and {no_rocm}"]), build=build)
         rocm_how = (
             f"no prebuilt wheel: its setup.py asks for a +rocm wheel that no release publishes and builds the "
             f"composable_kernel extension from source with `{build}` (needs hipcc of torch's ROCm, ninja, and an hour "

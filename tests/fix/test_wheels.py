@@ -199,7 +199,7 @@ def test_rocm_target_says_no_rocm_wheel(rel) -> None:  # type: ignore[no-untyped
     assert "ROCm build" in choice.notes[-1] and "composable_kernel" in choice.notes[-1]
     assert not any(n.startswith("assumed C++ ABI") for n in choice.notes)
     old = choose_wheel(rel, "2.6.1", target)
-    assert not old.available and "CUDA sources only" in old.notes[-1]
+    assert not old.available and "has no ROCm build" in old.notes[-1]
     # a plan that moves torch judges the default (CUDA) build of the new release, not this ROCm one
     moved = wheel_target(facts, "2.7.1")
     assert moved is not None and moved.hip is None
