@@ -786,6 +786,14 @@ class Workload:
         return self.seq_len_q % (2 * max(self.context_parallel.size, 1)) == 0
 
     @property
+    def cp_kv_local_divisible_2x(self) -> bool:
+        """One rank's key length (seq_len_kv / cp_size) cuts into 2 x cp_size equal chunks: TE 1.9's
+        context parallelism views a rank-local attention bias's key axis that way (v1.9
+        attention.py:1241-1252), and the view raises where it does not."""
+        size = max(self.context_parallel.size, 1)
+        return self.seq_len_kv % size == 0 and (self.seq_len_kv // size) % (2 * size) == 0
+
+    @property
     def tp_cp_seq_divisible(self) -> bool:
         """The query sequence is a multiple of tensor_parallel x 2 x cp_size: torchtitan 0.2's
         model parallelize functions assert it on training.seq_len (ParallelDims.seq_len_divisor)."""
@@ -836,6 +844,7 @@ WORKLOAD_DERIVED = (
     "cp_local_heads_divisible",
     "cp_seq_divisible",
     "cp_seq_divisible_2x",
+    "cp_kv_local_divisible_2x",
     "tp_cp_seq_divisible",
     "cp_seq_len_q_padded",
     "cp_seq_len_kv_padded",

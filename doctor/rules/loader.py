@@ -805,17 +805,30 @@ def _guard_filters(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> Li
     where the framework gets to weigh its backends: each is and-ed with `not:
     <filters_reached_unless>`, so that where an earlier assert stops the run (TE's thd mask
     assert in DotProductAttention.forward) no backend is reported out for a reason TE never
-    reaches (sample 42 part 4)."""
+    reaches (sample 42 part 4). A backend rule that states one of those stops itself (its `when`
+    holds the same expanded condition, as TE-FLASH-FA2-WINDOW-TE1 holds TE 1.9-1.11's flash-attn
+    version assert) is left as written: it is the reason the backend is out."""
     out = list(rules)
     for fw in frameworks:
         if not fw.filters_reached_unless:
             continue
         ids = {b.id for b in fw.backends} | {m.id for b in fw.backends for m in b.members}
         guard = {"not": fw.filters_reached_unless}
+        stops = list(fw.filters_reached_unless.get("any", ())) or [fw.filters_reached_unless]
         for i, r in enumerate(out):
-            if r.disables in ids:
+            if r.disables in ids and not any(_holds_subtree(r.when, stop) for stop in stops):
                 out[i] = replace(r, when={"all": [r.when, guard]}, when_written=r.when)
     return out
+
+
+def _holds_subtree(cond: Any, part: Any) -> bool:
+    """Whether `part` is `cond` or one of its sub-conditions (after named conditions are expanded)."""
+    if cond == part:
+        return True
+    if not isinstance(cond, dict):
+        return False
+    kids = [*(cond.get("all", ()) or ()), *(cond.get("any", ()) or ()), *([cond["not"]] if "not" in cond else [])]
+    return any(_holds_subtree(k, part) for k in kids)
 
 
 def _guarded(cond: Any, framework: str, ids: set, guard: Mapping[str, Any]) -> Any:

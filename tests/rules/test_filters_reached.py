@@ -52,3 +52,30 @@ def test_rules_show_and_standings_read_the_rule_as_written() -> None:
     # the rule as written says nothing of thd; the loader's guard (the expanded condition) does
     assert r.when_written is not None and "thd" not in str(r.when_written)
     assert "thd" in str(r.when) and r.when["all"][0] == r.when_written
+
+
+def _te1_reasons(flash_attn: str) -> tuple:
+    cat = load_catalogue()
+    facts, wl = case_inputs({
+        "packages": {"transformer-engine": "1.10.0", "flash-attn": flash_attn},
+        "gpu": "7.5",
+        "cudnn": {"version": "9.1.0"},
+        "workload": {"window_size": [4095, 0], "dtype": "fp32"},
+    })
+    d = diagnose(cat, facts, wl)
+    te = [r.id for r in cat.rules if (r.disables or "").startswith("te.")]
+    return d, [rid for rid in te if d.result(rid).status == "fired"]
+
+
+def test_te1_flash_attn_version_assert_leaves_only_its_own_reason() -> None:
+    # TE 1.10 with flash-attn 2.6.3 asserts in DotProductAttention.__init__ (sample 47 row 14):
+    # no filter (Turing, fp32, the window) is weighed; the rule that states the assert stays
+    d, fired = _te1_reasons("2.6.3")
+    assert d.result("TE-FA2-VERSION-ASSERT").status == "fired"
+    assert fired == ["TE-FLASH-FA2-WINDOW-TE1"]
+
+
+def test_te1_filters_stay_where_flash_attn_is_in_te1_window() -> None:
+    d, fired = _te1_reasons("2.5.8")
+    assert d.result("TE-FA2-VERSION-ASSERT").status != "fired"
+    assert "TE-FLASH-SM-LT-80" in fired and "TE-FLASH-FA2-WINDOW-TE1" not in fired

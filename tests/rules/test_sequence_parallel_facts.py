@@ -35,6 +35,9 @@ def test_per_rank_heads_and_sequence_split() -> None:
     # torch's context-parallel load balancer cuts the sequence into 2 x cp_size chunks
     assert not _wl(32, 8, 4, seq=8196).cp_seq_divisible_2x  # divisible by 4, not by 8
     assert _wl(32, 8, 4, seq=8192).cp_seq_divisible_2x
+    # TE 1.9 views one rank's bias keys (seq / cp) as 2 x cp chunks: 6000 / 4 = 1500, not by 8
+    assert not _wl(32, 8, 4, seq=6000).cp_kv_local_divisible_2x
+    assert _wl(32, 8, 4, seq=8192).cp_kv_local_divisible_2x  # 2048 per rank, by 8
     # torchtitan 0.2's check: a multiple of tensor_parallel x 2 x cp_size
     assert _wl(32, 8, 2, seq=4100).cp_seq_divisible_2x
     assert not replace(_wl(32, 8, 2, seq=4100), tensor_parallel=2).tp_cp_seq_divisible  # not by 8
@@ -74,7 +77,7 @@ def test_key_value_heads_megatron_deepspeed_hands_distributed_attention() -> Non
 
 def test_the_facts_are_readable_by_rules() -> None:
     for name in ("cp_heads_divisible", "cp_kv_heads_divisible", "cp_kv_heads_repeatable",
-                 "cp_local_heads_divisible", "cp_seq_divisible", "cp_seq_divisible_2x", "tp_cp_seq_divisible", "cp_one_head_per_rank",
+                 "cp_local_heads_divisible", "cp_seq_divisible", "cp_seq_divisible_2x", "cp_kv_local_divisible_2x", "tp_cp_seq_divisible", "cp_one_head_per_rank",
                  "cp_tp_local_heads_divisible", "cp_tp_local_heads_per_rank_divisible",
                  "ulysses_kv_heads", "ulysses_gqa", "cp_tp_local_kv_heads_divisible",
                  "cp_tp_local_heads_below_size", "cp_tp_local_kv_heads_below_size",
