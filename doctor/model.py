@@ -364,6 +364,9 @@ ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
 # prefix tuning, LLaMA-Pro, ...). Under an adapter the framework hands later code a PEFT or Swift
 # wrapper (PeftModelForCausalLM, SwiftModel) instead of the model class (XTUNER-02, XTUNER-09)
 FINETUNES = ("full", "lora", "qlora", "adapter")
+# the training method a trainer runs: supervised fine-tuning, or a preference / RL method of
+# TRL or ms-swift (`swift rlhf --rlhf_type`): rm is a reward model
+METHODS = ("sft", "pt", "dpo", "orpo", "simpo", "kto", "cpo", "rm", "ppo", "grpo", "rloo", "gkd")
 # TransformerEngine DotProductAttention(softmax_type=...) (TE >= 2.8), Megatron-Core's
 # TransformerConfig.softmax_type / --softmax-type (core 0.15+): off-by-one and learnable add an
 # attention sink (a fixed or a learned per-head logit in the softmax denominator, as gpt-oss)
@@ -481,6 +484,9 @@ class Workload:
     static_cache: Optional[bool] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
     # full fine-tuning or an adapter (FINETUNES); None: not stated, so not known
     finetune: Optional[str] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
+    # the training method (METHODS): sft, pt (pre-training), or a preference / RL method (dpo,
+    # grpo, ...); None: not stated, so not known
+    method: Optional[str] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
     # the attention softmax TE is asked for (SOFTMAX_TYPES): vanilla, or a sink softmax
     # (off-by-one, learnable); None: not stated, so not known
     softmax_type: Optional[str] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
@@ -865,7 +871,7 @@ WORKLOAD_DERIVED = (
 )
 # workload fields whose None means "not known" rather than a value a rule can compare with:
 # a rule that reads one is then not evaluated (the others' None means "not stated", a value)
-WORKLOAD_UNKNOWN_WHEN_NONE = ("alibi_custom_slopes", "vision_tower", "qkv_weight_interleaved", "use_cache", "gradient_checkpointing", "model_compile", "static_cache", "finetune", "softmax_type")
+WORKLOAD_UNKNOWN_WHEN_NONE = ("alibi_custom_slopes", "vision_tower", "qkv_weight_interleaved", "use_cache", "gradient_checkpointing", "model_compile", "static_cache", "finetune", "method", "softmax_type")
 
 # --------------------------------------------------------------------------- rule results
 

@@ -20,6 +20,7 @@ from doctor.model import (
     CP_IMPLS,
     ATTENTION_BACKENDS,
     FINETUNES,
+    METHODS,
     SOFTMAX_TYPES,
     DISTRIBUTED,
     DTYPES,
@@ -85,6 +86,7 @@ KEYS = (
     "model_compile",
     "static_cache",
     "finetune",
+    "method",
     "softmax_type",
     "axolotl_attn",
     "axolotl_flash_flag",
@@ -219,6 +221,8 @@ def build(
             out["distributed"] = _choice(key, value, DISTRIBUTED, path, line)
         elif key == "finetune":
             out["finetune"] = _choice(key, str(value).replace("-", "_"), FINETUNES, path, line)
+        elif key == "method":
+            out["method"] = _choice(key, str(value).replace("-", "_").lower(), METHODS, path, line)
         elif key == "axolotl_attn":
             text = str(value).strip()
             if not _AXOLOTL_ATTN.fullmatch(text):

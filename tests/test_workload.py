@@ -436,3 +436,17 @@ def test_axolotl_key_lists_are_workload_values_checked_for_shape(tmp_path: Path,
     with pytest.raises(InputError) as exc:
         resolve_workload(workload_file=f)
     assert key in exc.value.one_line() and "comma-separated" in exc.value.one_line()
+
+
+def test_method_is_a_workload_value_unknown_when_not_stated(tmp_path: Path) -> None:
+    # ms-swift refuses sequence parallelism for rlhf types other than grpo/dpo (SWIFT-RLHF-SP-TYPE-REFUSED)
+    assert resolve_workload().method is None
+    f = tmp_path / "w.yaml"
+    f.write_text("framework: ms-swift\nmethod: GRPO\n")
+    assert resolve_workload(workload_file=f).method == "grpo"
+    assert resolve_workload(workload_file=f, flags=parse_workload_flags(["--method", "kto"])).method == "kto"
+    bad = tmp_path / "b.yaml"
+    bad.write_text("dtype: bf16\nmethod: dpo2\n")
+    with pytest.raises(InputError) as e:
+        resolve_workload(workload_file=bad)
+    assert e.value.one_line().startswith(f"{bad}:2: workload: method='dpo2': expected one of sft, pt, dpo")
