@@ -822,12 +822,15 @@ def _guard_filters(frameworks: Sequence[Framework], rules: Sequence[Rule]) -> Li
 
 
 def _holds_subtree(cond: Any, part: Any) -> bool:
-    """Whether `part` is `cond` or one of its sub-conditions (after named conditions are expanded)."""
+    """Whether `part` is `cond` or one of its positive sub-conditions (under all:/any:, after named
+    conditions are expanded). Not under `not:`: a stop a rule excludes itself is a guard it wrote,
+    not the reason it states (check of the completion session: TE's NVTE_* env rules hold
+    `not: mcore_nvte_env_assert` and must keep the other stops' guard)."""
     if cond == part:
         return True
     if not isinstance(cond, dict):
         return False
-    kids = [*(cond.get("all", ()) or ()), *(cond.get("any", ()) or ()), *([cond["not"]] if "not" in cond else [])]
+    kids = [*(cond.get("all", ()) or ()), *(cond.get("any", ()) or ())]
     return any(_holds_subtree(k, part) for k in kids)
 
 

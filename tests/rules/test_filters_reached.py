@@ -79,3 +79,14 @@ def test_te1_filters_stay_where_flash_attn_is_in_te1_window() -> None:
     d, fired = _te1_reasons("2.5.8")
     assert d.result("TE-FA2-VERSION-ASSERT").status != "fired"
     assert "TE-FLASH-SM-LT-80" in fired and "TE-FLASH-FA2-WINDOW-TE1" not in fired
+
+
+def test_only_the_rule_that_states_a_stop_goes_unguarded() -> None:
+    # a backend rule that excludes a stop itself (`not: mcore_nvte_env_assert` in TE's NVTE_* env
+    # rules) keeps the guard for the other stops; only TE-FLASH-FA2-WINDOW-TE1, whose `when` is TE
+    # 1.9-1.11's flash-attn assert, is left as written
+    cat = load_catalogue()
+    te = [r for r in cat.rules if (r.disables or "").startswith("te.")]
+    unguarded = sorted(r.id for r in te if r.when_written is None)
+    assert unguarded == ["TE-FLASH-FA2-WINDOW-TE1"]
+    assert cat.rule("TE-ENV-FLASH-OFF").when_written is not None
