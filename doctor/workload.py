@@ -222,7 +222,7 @@ def build(
         elif key == "finetune":
             out["finetune"] = _choice(key, str(value).replace("-", "_"), FINETUNES, path, line)
         elif key == "method":
-            out["method"] = _choice(key, str(value).replace("-", "_").lower(), METHODS, path, line)
+            out["method"] = _choice(key, str(value).replace("-", "_"), METHODS, path, line)
         elif key == "axolotl_attn":
             text = str(value).strip()
             if not _AXOLOTL_ATTN.fullmatch(text):

@@ -310,14 +310,19 @@ def test_the_strategy_flag_states_the_distributed_key_and_a_plan_re_checks_throu
     assert parse_workload_flags(["--distributed", "fsdp"], "fix") == {"distributed": "fsdp"}
 
 
-def test_finetune_is_a_workload_value_unknown_when_not_stated(tmp_path: Path) -> None:
+@pytest.mark.parametrize("key, written, want, flag", [
     # sample-25 row 29: under ms-swift an adapter hands XTuner's dispatch a PEFT/Swift wrapper
     # (XTUNER-02, XTUNER-09 read workload.finetune); not stated it is unknown, not "full"
-    assert resolve_workload().finetune is None
+    ("finetune", "LoRA", "lora", "full"),
+    # ms-swift refuses sequence parallelism for rlhf types other than grpo/dpo (SWIFT-RLHF-SP-TYPE-REFUSED)
+    ("method", "GRPO", "grpo", "kto"),
+])
+def test_choice_keys_unknown_when_not_stated(tmp_path: Path, key: str, written: str, want: str, flag: str) -> None:
+    assert getattr(resolve_workload(), key) is None
     f = tmp_path / "w.yaml"
-    f.write_text("framework: ms-swift\nfinetune: LoRA\n")
-    assert resolve_workload(workload_file=f).finetune == "lora"
-    assert resolve_workload(workload_file=f, flags=parse_workload_flags(["--finetune", "full"])).finetune == "full"
+    f.write_text(f"framework: ms-swift\n{key}: {written}\n")
+    assert getattr(resolve_workload(workload_file=f), key) == want
+    assert getattr(resolve_workload(workload_file=f, flags=parse_workload_flags([f"--{key}", flag])), key) == flag
 
 
 @pytest.mark.parametrize("key", [k for k in BOOL_KEYS if k in WORKLOAD_UNKNOWN_WHEN_NONE])
@@ -438,13 +443,7 @@ def test_axolotl_key_lists_are_workload_values_checked_for_shape(tmp_path: Path,
     assert key in exc.value.one_line() and "comma-separated" in exc.value.one_line()
 
 
-def test_method_is_a_workload_value_unknown_when_not_stated(tmp_path: Path) -> None:
-    # ms-swift refuses sequence parallelism for rlhf types other than grpo/dpo (SWIFT-RLHF-SP-TYPE-REFUSED)
-    assert resolve_workload().method is None
-    f = tmp_path / "w.yaml"
-    f.write_text("framework: ms-swift\nmethod: GRPO\n")
-    assert resolve_workload(workload_file=f).method == "grpo"
-    assert resolve_workload(workload_file=f, flags=parse_workload_flags(["--method", "kto"])).method == "kto"
+def test_bad_method_names_the_file_and_line(tmp_path: Path) -> None:
     bad = tmp_path / "b.yaml"
     bad.write_text("dtype: bf16\nmethod: dpo2\n")
     with pytest.raises(InputError) as e:
