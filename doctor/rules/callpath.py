@@ -139,12 +139,13 @@ def te_attention(workload: Workload, packages: Optional[Mapping[str, str]] = Non
     # Megatron-Core (0.9.4 hparams/parser.py:56-57), whose layers are TE's (check-R6 of sample 30;
     # the same route as te_pytorch_imported)
     if workload.framework == "llamafactory":
-        return lf_megatron_route(packages, env, imports, workload.training)
+        return lf_megatron_route(packages, env, imports, workload.training, workload.method)
     return workload.attn_implementation not in TE_ELSEWHERE_ATTN and workload.framework not in TE_ELSEWHERE_FRAMEWORKS
 
 
 def lf_megatron_route(packages: Optional[Mapping[str, str]], env: Optional[Mapping[str, str]],
-                      imports: Optional[Mapping[str, ImportStatus]] = None, training: bool = True) -> bool:
+                      imports: Optional[Mapping[str, ImportStatus]] = None, training: bool = True,
+                      method: Optional[str] = None) -> bool:
     """Does LLaMA-Factory take its Megatron-Core route: 0.9.4+ with USE_MCA=1 (true/y/1, any case;
     0.9.4 hparams/parser.py:56-57, 0.9.5 :63-64) and mcore_adapter installed (without it
     LLaMA-Factory stops on its own ImportError first; 0.9.3 has no USE_MCA)? A probe that found no
@@ -153,12 +154,14 @@ def lf_megatron_route(packages: Optional[Mapping[str, str]], env: Optional[Mappi
     no import can reach (ROLL's mcore_adapter is installed from its repository). Training only:
     `llamafactory-cli chat`/eval/export load the model through transformers whatever USE_MCA says
     (0.9.5 chat/hf_engine.py:59), and so do the training stages other than pt/sft/dpo (0.9.4
-    train/tuner.py:69, 0.9.5 :98; the stage is not a workload field, so pt/sft/dpo is assumed)."""
+    train/tuner.py:69, 0.9.5 :98): a stated `method` of kto, rm or ppo (LLaMA-Factory's other
+    stages) leaves the route; orpo and simpo are stage dpo's pref_loss there. Unstated, pt/sft/dpo
+    is assumed."""
     from doctor.versions import version_matches
 
     lf = (packages or {}).get("llamafactory")
     mca = re.match(r"^(?i:true|y|1)\Z", (env or {}).get("USE_MCA") or "") is not None
-    if not training:
+    if not training or method in ("kto", "rm", "ppo"):
         return False
     return bool(mca and lf and version_matches(lf, ">=0.9.4") and mcore_adapter_importable(packages, imports))
 
@@ -192,7 +195,7 @@ def megatron_core(workload: Workload, packages: Optional[Mapping[str, str]], env
         # parallel_attention.py:436, context parallelism fixed at 1); Megatron-Core layers with
         # TE's attention from v0.4.0 (megatron_workers.py:154 init_mcore_model; check-R3 of sample 31)
         return framework != "verl" or verl_megatron_workers_mcore(packages)
-    return framework == "llamafactory" and lf_megatron_route(packages, env, imports, workload.training)
+    return framework == "llamafactory" and lf_megatron_route(packages, env, imports, workload.training, workload.method)
 
 
 def verl_megatron_workers_mcore(packages: Optional[Mapping[str, str]]) -> bool:

@@ -660,3 +660,15 @@ def test_xtuner_train_sets_attention_for_its_families(xtuner: str, packages: Dic
     facts, wl = case_inputs({"packages": pk, "torch": {"version": "2.3.1", "cuda": "12.1"}, "gpu": "8.0",
                              "workload": {"framework": "xtuner", "training": True, **workload}})
     assert infer(facts, wl).default_attention == want
+
+
+@pytest.mark.parametrize("method,want", [(None, True), ("sft", True), ("pt", True), ("dpo", True), ("orpo", True), ("kto", False), ("rm", False), ("ppo", False)])
+def test_lf_megatron_route_is_taken_only_for_stages_pt_sft_dpo(method: Optional[str], want: bool) -> None:
+    """LLaMA-Factory 0.9.4/0.9.5 run the USE_MCA route for stages pt, sft and dpo only (train/tuner.py
+    0.9.4:69, 0.9.5:98); kto, rm and ppo load through transformers, so neither Megatron-Core nor
+    TE's attention is on the path there. ORPO is stage dpo's pref_loss. Unstated, the route is assumed."""
+    case: Dict[str, Any] = {"packages": {"torch": "2.9.0", "transformer-engine": "2.19.0", "llamafactory": "0.9.4", "mcore-adapter": "0.7.0"},
+                            "env": {"USE_MCA": "1"}, "workload": {"framework": "llamafactory", **({"method": method} if method else {})}}
+    facts, wl = case_inputs(case)
+    assert infer(facts, wl).megatron_core is want
+    assert te_attention(wl, facts.packages, facts.env, facts.imports) is want
