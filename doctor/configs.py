@@ -415,6 +415,14 @@ def _megatron_values(t: _Taker, get: Callable[[str], Any], framework: str, legac
         if str(softmax).replace("_", "-") not in SOFTMAX_TYPES:
             raise t.bad("softmax_type", softmax, "expected vanilla, off-by-one or learnable")
         t.put("softmax_type", "softmax_type", str(softmax).replace("_", "-"))
+    # --deterministic-mode (Megatron-LM; deterministic_mode in a NeMo model config): Megatron-LM's
+    # argument check then turns torch.use_deterministic_algorithms on (megatron/training/arguments.py
+    # @core_v0.14.0:987-995), which TE's backend filters read, and Megatron-Core's TE attention
+    # layer wants NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 (MCORE-DETERMINISTIC-NVTE-ENV)
+    det = get("deterministic_mode")
+    if det is not None and not (isinstance(det, str) and det.startswith("${")):
+        if t.bool_("deterministic_mode", det):
+            t.put("deterministic_mode", "deterministic", True)
     tp = get("tensor_model_parallel_size")
     if tp is not None and t.int_("tensor_model_parallel_size", tp) > 1:
         t.put("tensor_model_parallel_size", "tensor_parallel", t.int_("tensor_model_parallel_size", tp))

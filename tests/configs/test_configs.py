@@ -589,3 +589,18 @@ def test_megatron_legacy_models_leave_the_nvte_variables_alone(tmp_path: Path) -
     got = read_config(args)
     assert "legacy_models" not in got.workload and got.env["NVTE_FUSED_ATTN"] == "1"
 
+
+
+def test_megatron_deterministic_mode_is_a_deterministic_run(tmp_path: Path) -> None:
+    # --deterministic-mode makes Megatron-LM turn torch's deterministic algorithms on, which TE's
+    # backend filters read, and Megatron-Core's TE layer then wants NVTE_ALLOW_NONDETERMINISTIC_ALGO=0
+    args = tmp_path / "args.txt"
+    args.write_text("--num-attention-heads 32 --deterministic-mode --bf16\n")
+    got = read_config(args)
+    assert got.workload["deterministic"] is True
+    args.write_text("--num-attention-heads 32 --bf16\n")
+    assert "deterministic" not in read_config(args).workload
+    nemo = tmp_path / "nemo.yaml"
+    nemo.write_text("model:\n  num_attention_heads: 8\n  deterministic_mode: true\ntrainer:\n  precision: bf16\n")
+    got = read_config(nemo)
+    assert got.kind == "nemo" and got.workload["deterministic"] is True
