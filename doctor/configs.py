@@ -11,7 +11,7 @@
 | nemo | YAML with a `model:` section holding Megatron keys | heads, head dim, seq, dtype, attention dropout (when set), CP (TE) |
 | deepspeed | JSON with zero_optimization / train_*batch* keys | dtype, Ulysses sequence parallel size |
 | torchtitan | TOML with [parallelism] / [training] / [model] / [compile] | CP (torch ring), seq, dtype, model family, model compile ([compile] enable with "model" in components, or 0.1.0's [training] compile; off when neither is given) |
-| megatron | a file of command-line arguments (--context-parallel-size ...) | heads, head dim, seq, dtype, attention dropout (Megatron default 0.1), CP (TE), NVTE switches |
+| megatron | a file of command-line arguments (--context-parallel-size ...) | heads, head dim, seq, dtype, attention dropout (Megatron default 0.1), CP (TE), NVTE switches, --deterministic-mode |
 | te-log | TransformerEngine's NVTE_DEBUG=1 log (`Running with config={...}`) | versions, GPU, cuDNN and the call's shape |
 | requirements | pip freeze / requirements.txt / uv.lock / poetry.lock | the installed packages (a partial snapshot) |
 
