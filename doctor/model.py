@@ -443,6 +443,10 @@ class Workload:
     # the model has a vision tower: its config.json has a `visual` (Qwen-VL) or `vision_config`
     # section; None: not known (no config.json read and not stated)
     vision_tower: Optional[bool] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
+    # the checkpoint ships its own modeling code for AutoModelForCausalLM (config.json auto_map), which
+    # a loader given trust_remote_code=True builds instead of transformers' classes (XTuner's configs
+    # pass it); None: not known (no config.json read and not stated)
+    remote_code: Optional[bool] = None  # in WORKLOAD_UNKNOWN_WHEN_NONE
     # TransformerEngine's MultiheadAttention/TransformerLayer qkv_weight_interleaved (default True,
     # but forced False unless fuse_qkv_params=True, itself False by default): True splits a fused
     # QKV into t/sb/bs-h3d views, False gives t/sb/bs-3hd; None: not stated, so not known
@@ -871,7 +875,7 @@ WORKLOAD_DERIVED = (
 )
 # workload fields whose None means "not known" rather than a value a rule can compare with:
 # a rule that reads one is then not evaluated (the others' None means "not stated", a value)
-WORKLOAD_UNKNOWN_WHEN_NONE = ("alibi_custom_slopes", "vision_tower", "qkv_weight_interleaved", "use_cache", "gradient_checkpointing", "model_compile", "static_cache", "finetune", "method", "softmax_type")
+WORKLOAD_UNKNOWN_WHEN_NONE = ("alibi_custom_slopes", "vision_tower", "remote_code", "qkv_weight_interleaved", "use_cache", "gradient_checkpointing", "model_compile", "static_cache", "finetune", "method", "softmax_type")
 
 # --------------------------------------------------------------------------- rule results
 

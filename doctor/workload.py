@@ -74,6 +74,7 @@ KEYS = (
     "text_model_type",
     "unused_sliding_window",
     "vision_tower",
+    "remote_code",
     "qkv_weight_interleaved",
     "packing",
     "tensor_parallel",
@@ -118,7 +119,7 @@ _MODEL_TYPE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 # A workload key whose command-line flag has another name: `--distributed` is check's own option
 # (run on every rank), so the parallelism strategy (fsdp, deepspeed, megatron, ...) is `--strategy`
 FLAG_NAMES = {"distributed": "strategy"}
-BOOL_KEYS = ("alibi", "alibi_custom_slopes", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "paged_kv_cache", "sdpa_fa3", "pad_between_seqs", "xformers", "vision_tower", "qkv_weight_interleaved", "use_cache", "deterministic_flash_attn", "gradient_checkpointing", "model_compile", "static_cache", "axolotl_flash_flag", "axolotl_glm_dsa", "legacy_models")
+BOOL_KEYS = ("alibi", "alibi_custom_slopes", "qkv_packed", "varlen", "training", "deterministic", "fp8", "kv_cache", "paged_kv_cache", "sdpa_fa3", "pad_between_seqs", "xformers", "vision_tower", "remote_code", "qkv_weight_interleaved", "use_cache", "deterministic_flash_attn", "gradient_checkpointing", "model_compile", "static_cache", "axolotl_flash_flag", "axolotl_glm_dsa", "legacy_models")
 
 _DTYPE_ALIASES = {
     "float16": "fp16",
@@ -479,6 +480,10 @@ def _model_keys(cfg: Mapping[str, Any], where: str, overridden: Tuple[str, ...] 
     # a vision tower (Qwen-VL's `visual`, the `vision_config` of InternVL, LLaVA, ...): Qwen-VL
     # shares model_type qwen with Qwen-1 text and Qwen-Audio, whose remote code differs
     out["vision_tower"] = any(isinstance(cfg.get(k), dict) for k in ("visual", "vision_config"))
+    # the checkpoint's own modeling code for AutoModelForCausalLM (auto_map, as microsoft's Phi-3
+    # checkpoints ship): built instead of transformers' classes where the loader passes trust_remote_code
+    auto_map = cfg.get("auto_map")
+    out["remote_code"] = isinstance(auto_map, dict) and isinstance(auto_map.get("AutoModelForCausalLM"), str)
     # ModernBERT's switch for the deterministic flash-attention backward (saved in its config.json)
     if isinstance(c.get("deterministic_flash_attn"), bool):
         out["deterministic_flash_attn"] = c["deterministic_flash_attn"]

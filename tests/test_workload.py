@@ -220,6 +220,23 @@ def test_vision_tower_from_model_config(tmp_path: Path, extra: dict, tower: bool
     assert resolve_workload().vision_tower is None  # not read, not stated: unknown
 
 
+@pytest.mark.parametrize(
+    "extra, remote",
+    [
+        # microsoft/Phi-3-mini-4k-instruct's config.json maps AutoModelForCausalLM to its own modeling_phi3.py
+        ({"auto_map": {"AutoConfig": "configuration_phi3.Phi3Config", "AutoModelForCausalLM": "modeling_phi3.Phi3ForCausalLM"}}, True),
+        ({"auto_map": {"AutoConfig": "configuration_phi3.Phi3Config"}}, False),
+        ({}, False),
+    ],
+)
+def test_remote_code_from_model_config(tmp_path: Path, extra: dict, remote: bool) -> None:
+    cfg = {"model_type": "phi3", "hidden_size": 3072, "num_attention_heads": 32, **extra}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert workload_from_model(tmp_path)["remote_code"] is remote
+    assert resolve_workload(model=tmp_path).remote_code is remote
+    assert resolve_workload().remote_code is None  # not read, not stated: unknown
+
+
 def test_text_model_type_from_a_wrapper_config(tmp_path: Path) -> None:
     """A LLaVA config with a Qwen2 text_config: the outer family stays llava, the language model's
     family (whose attention and mask code runs) is read as text_model_type and can be stated."""
