@@ -1,6 +1,6 @@
 """Every source of every shipped rule and framework points at something that does not move: a
-file at a release tag or commit, an issue or pull request, a release, or a PyPI release page
-of one version. A branch (`main`, `master`, ...) is not a source: what it says changes."""
+file at a release tag or commit (GitHub, or a Hugging Face Hub file at a full commit hash), an
+issue or pull request, a release, or a PyPI release page of one version. A branch (`main`, `master`, ...) is not a source: what it says changes."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ BRANCHES = {"main", "master", "develop", "dev", "trunk", "nightly", "HEAD", "via
 GITHUB = re.compile(r"^https://github\.com/[\w.-]+/[\w.-]+/(?P<kind>[\w-]+)/(?P<rest>.+)$")
 PINNED_GITHUB_KINDS = {"issues", "pull", "discussions", "commit", "compare", "releases", "security"}
 PYPI = re.compile(r"^https://pypi\.org/project/[\w.-]+/[\w.!+-]+/(#\w+)?$")
+# a Hugging Face Hub file at a full commit hash (a checkpoint's own modeling code) does not move
+HF_HUB = re.compile(r"^https://huggingface\.co/[\w.-]+/[\w.-]+/blob/[0-9a-f]{40}/.+$")
 # Vendor documents that have no tagged copy; each is named on purpose.
 VENDOR_DOCS = (
     "https://docs.nvidia.com/deploy/cuda-compatibility/",
@@ -27,7 +29,7 @@ VENDOR_DOCS = (
 
 def problem(url: str) -> str:
     """Why `url` is not a pinned source ('' when it is)."""
-    if url.startswith(VENDOR_DOCS) or PYPI.match(url):
+    if url.startswith(VENDOR_DOCS) or PYPI.match(url) or HF_HUB.match(url):
         return ""
     m = GITHUB.match(url)
     if m is None:
@@ -68,6 +70,8 @@ def test_every_source_is_pinned_to_a_release_tag_commit_or_thread() -> None:
     ("https://pypi.org/project/torch/2.6.0/", True),
     ("https://pypi.org/project/torch/", False),
     ("https://example.com/blog/attention", False),
+    ("https://huggingface.co/microsoft/Phi-3-mini-4k-instruct/blob/3a811845d89f3c1b3f41b341d0f9f05104769f35/modeling_phi3.py", True),
+    ("https://huggingface.co/microsoft/Phi-3-mini-4k-instruct/blob/main/modeling_phi3.py", False),
 ])
 def test_the_check_tells_pinned_from_moving_sources(url: str, ok: bool) -> None:
     assert (problem(url) == "") is ok
