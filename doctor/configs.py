@@ -415,10 +415,10 @@ def _megatron_values(t: _Taker, get: Callable[[str], Any], framework: str, legac
         if str(softmax).replace("_", "-") not in SOFTMAX_TYPES:
             raise t.bad("softmax_type", softmax, "expected vanilla, off-by-one or learnable")
         t.put("softmax_type", "softmax_type", str(softmax).replace("_", "-"))
-    # --deterministic-mode (Megatron-LM; deterministic_mode in a NeMo model config): Megatron-LM's
-    # argument check then turns torch.use_deterministic_algorithms on (megatron/training/arguments.py
-    # @core_v0.14.0:987-995), which TE's backend filters read, and Megatron-Core's TE attention
-    # layer wants NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 (MCORE-DETERMINISTIC-NVTE-ENV)
+    # --deterministic-mode (Megatron-LM; deterministic_mode in a NeMo model config): Megatron-Core's
+    # TE attention layer then wants NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 (MCORE-DETERMINISTIC-NVTE-ENV),
+    # which makes TE's backend filters deterministic; Megatron-LM's argument check also turns
+    # torch.use_deterministic_algorithms on (megatron/training/arguments.py@core_v0.14.0:987-995)
     det = get("deterministic_mode")
     if det is not None and not (isinstance(det, str) and det.startswith("${")):
         if t.bool_("deterministic_mode", det):
