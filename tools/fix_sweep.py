@@ -19,9 +19,8 @@ import sys
 import time
 from typing import Any, Dict, Mapping
 
-from doctor.fix.recheck import recheck
+from doctor.fix.recheck import dropped_fixes
 from doctor.rules.cases import case_inputs, iter_rule_cases
-from doctor.rules.evaluate import diagnose
 from doctor.rules.loader import load_catalogue
 
 VARIANTS: Dict[str, Dict[str, Any]] = {
@@ -60,22 +59,9 @@ def main(argv: Any = None) -> int:
             if all(case.get(key) == value for key, value in patch.items()):
                 continue
             facts, wl = case_inputs(_moved(case, patch))
-            before = diagnose(cat, facts, wl)
             n += 1
-            found = next((f for f in before.findings if f.rule_id == rule.id and f.status == "fired"), None)
-            for fix in found.fixes if found else ():
-                if not fix.checkable:
-                    continue
-                r = recheck(cat, facts, wl, fix, (rule.id,), before)
-                if r.uninstallable or r.no_backend:
-                    why = "; ".join(r.uninstallable + r.no_backend)
-                elif r.new_errors:
-                    why = "also triggers " + ",".join(r.new_errors)
-                elif r.diagnosis.result(rule.id).status == "fired":
-                    why = "still fires"
-                else:
-                    continue
-                print(f"{rule.id}\tfires[{i}]\t{vname}\tfix {fix.position}\t{why}", flush=True)
+            for position, why in dropped_fixes(cat, facts, wl, rule.id):
+                print(f"{rule.id}\tfires[{i}]\t{vname}\tfix {position}\t{why}", flush=True)
     print(f"# {n} moved cases, {time.time() - t0:.0f} s", file=sys.stderr)
     return 0
 

@@ -354,6 +354,26 @@ class CaseRecheck:
         return f"{self.rule_id} fires[{self.index}] fix {self.position}"
 
 
+def dropped_fixes(cat: Catalogue, facts: Facts, workload: Workload, rule_id: str) -> List[Tuple[int, str]]:
+    """The checkable fixes rule `rule_id` offers for these inputs that `check` would drop, each
+    applied alone: (the fix's position as `offers:` numbers it, why). Why is what the fix cannot
+    do (does not install, leaves no backend), "also triggers RULE,..." or "still fires"."""
+    before = diagnose(cat, facts, workload)
+    finding = next((f for f in before.findings if f.rule_id == rule_id and f.status == "fired"), None)
+    out: List[Tuple[int, str]] = []
+    for fix in finding.fixes if finding else ():
+        if not fix.checkable:
+            continue
+        r = recheck(cat, facts, workload, fix, (rule_id,), before)
+        if r.uninstallable or r.no_backend:
+            out.append((fix.position, "; ".join(r.uninstallable + r.no_backend)))
+        elif r.new_errors:
+            out.append((fix.position, "also triggers " + ",".join(r.new_errors)))
+        elif r.diagnosis.result(rule_id).status == "fired":
+            out.append((fix.position, "still fires"))
+    return out
+
+
 def case_rechecks(cat: Catalogue, only: Optional[Callable[[str], bool]] = None) -> List[CaseRecheck]:
     """Every checkable fix offered in every rule's own firing cases, applied alone: those that
     leave the rule firing or fire a new error (the fix moves the failure). `check` drops such a
@@ -366,16 +386,6 @@ def case_rechecks(cat: Catalogue, only: Optional[Callable[[str], bool]] = None) 
         if kind != "fires":
             continue
         facts, workload = case_inputs(case)
-        before = diagnose(cat, facts, workload)
-        finding = next((f for f in before.findings if f.rule_id == rule.id and f.status == "fired"), None)
-        for fix in finding.fixes if finding else ():
-            if not fix.checkable:
-                continue
-            r = recheck(cat, facts, workload, fix, (rule.id,), before)
-            if r.uninstallable or r.no_backend:
-                out.append(CaseRecheck(rule.id, i, fix.position, "; ".join(r.uninstallable + r.no_backend)))
-            elif r.new_errors:
-                out.append(CaseRecheck(rule.id, i, fix.position, "also triggers " + ",".join(r.new_errors)))
-            elif r.diagnosis.result(rule.id).status == "fired":
-                out.append(CaseRecheck(rule.id, i, fix.position, "still fires"))
+        for position, why in dropped_fixes(cat, facts, workload, rule.id):
+            out.append(CaseRecheck(rule.id, i, position, why))
     return out
