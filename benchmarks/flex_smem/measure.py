@@ -7,7 +7,12 @@ GPUs). The configs are the defaults inductor's tables give per torch release (li
 rules/findings/flex.yaml); they are forced through `kernel_options`, so one torch measures them
 all (the kernel templates of other torch releases may differ by a few KB).
 
+`--dec` measures flex_decoding instead (queries shorter than 128 tokens, inductor's own default
+tiles, no kernel_options): each entry is [query tokens, query heads per key/value head], run at
+every head dim of --head-dims against 1024 keys.
+
     python benchmarks/flex_smem/measure.py --out results.json [--jobs 8]
+    python benchmarks/flex_smem/measure.py --out dec.json --dec '[[1,1],[16,1],[17,1]]' --head-dims '[320,512]'
 """
 
 from __future__ import annotations
@@ -61,6 +66,15 @@ def one(kind: str, cfg: tuple, hd: int) -> list:
     torch._dynamo.config.cache_size_limit = 64
     flex = torch.compile(flex_attention, dynamic=False)
     q, k, v = (torch.randn(1, 2, 256, hd, device="cuda", dtype=getattr(torch, DTYPE), requires_grad=(kind == "bwd")) for _ in range(3))
+    if kind == "dec":
+        q_len, groups = cfg
+        dt = getattr(torch, DTYPE)
+        q = torch.randn(1, 2 * groups, q_len, hd, device="cuda", dtype=dt)
+        k, v = (torch.randn(1, 2, 1024, hd, device="cuda", dtype=dt) for _ in range(2))
+        with torch.no_grad():
+            flex(q, k, v, enable_gqa=groups > 1)
+        torch.cuda.synchronize()
+        return records
     if kind == "fwd":
         m, n, s, w = cfg
         opts = {"fwd_BLOCK_M": m, "fwd_BLOCK_N": n, "fwd_num_stages": s, "fwd_num_warps": w}
@@ -83,6 +97,7 @@ def main() -> None:
     ap.add_argument("--fwd", help="JSON list of forward configs instead of FWD")
     ap.add_argument("--bwd", help="JSON list of backward configs instead of BWD")
     ap.add_argument("--head-dims", help="JSON list instead of HEAD_DIMS")
+    ap.add_argument("--dec", help="JSON list of [query tokens, query heads per kv head]: flex_decoding only")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
@@ -95,7 +110,10 @@ def main() -> None:
     bwd = json.loads(a.bwd) if a.bwd else BWD
     fwd = json.loads(a.fwd) if a.fwd else FWD
     hds = json.loads(a.head_dims) if a.head_dims else HEAD_DIMS
-    jobs = [("bwd", c, h) for c in bwd for h in hds] + [("fwd", c, h) for c in fwd for h in hds]
+    if a.dec:
+        jobs = [("dec", c, h) for c in json.loads(a.dec) for h in hds]
+    else:
+        jobs = [("bwd", c, h) for c in bwd for h in hds] + [("fwd", c, h) for c in fwd for h in hds]
     env = dict(os.environ, TORCHINDUCTOR_COMPILE_THREADS="1", TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
     running: list = []
     results = []
