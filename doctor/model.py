@@ -720,6 +720,14 @@ class Workload:
         return self.seq_len_q // max(self.batch_heads, 1)
 
     @property
+    def flex_decode_rows(self) -> int:
+        """seq_len_q x the query heads per key/value head: the most query rows torch's
+        flex_decoding kernel tiles for one key/value head (with enable_gqa=True; a caller that
+        repeats the key/value heads first hands it seq_len_q rows). Its tile is this rounded up
+        to a power of two, at least 16, so a value of 16 or less takes the smallest tile."""
+        return self.seq_len_q * max(1, self.num_heads // max(self.num_kv_heads, 1))
+
+    @property
     def tp_local_kv_heads(self) -> int:
         return max(1, self.num_kv_heads // self.tensor_parallel)
 
@@ -872,6 +880,7 @@ WORKLOAD_DERIVED = (
     "ulysses_gqa",
     "batch_heads",
     "queries_per_batch_head",
+    "flex_decode_rows",
 )
 # workload fields whose None means "not known" rather than a value a rule can compare with:
 # a rule that reads one is then not evaluated (the others' None means "not stated", a value)

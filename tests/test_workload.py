@@ -291,6 +291,16 @@ def test_queries_per_batch_head_is_below_6_exactly_when_6_batch_heads_exceed_the
         assert (w.queries_per_batch_head < 6) is (6 * w.batch_heads > seq)
 
 
+def test_flex_decode_rows_counts_a_one_token_query_once_per_query_head_of_a_group() -> None:
+    # torch's flex_decoding tiles seq_len_q x (query heads per kv head) rows with enable_gqa
+    from doctor.model import WORKLOAD_DERIVED, Workload
+
+    assert "flex_decode_rows" in WORKLOAD_DERIVED
+    assert Workload(num_heads=32, num_kv_heads=32, seq_len_q=1, seq_len_kv=1024).flex_decode_rows == 1
+    assert Workload(num_heads=32, num_kv_heads=8, seq_len_q=4, seq_len_kv=1024).flex_decode_rows == 16
+    assert Workload(num_heads=32, num_kv_heads=8, seq_len_q=5, seq_len_kv=1024).flex_decode_rows == 20
+
+
 def test_a_plans_context_parallel_change_round_trips_through_the_check_flags() -> None:
     # the fix plan's re-check command carries every context_parallel key a fix may change
     # (a Ulysses wrapper's attention included), so the re-check sees the fixed workload
