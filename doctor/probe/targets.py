@@ -20,7 +20,10 @@ IMPORTS: Tuple[str, ...] = (
 # status is "present" or "missing". mcore_adapter: ROLL's
 # package, which LLaMA-Factory's USE_MCA route imports; PyPI's `mcore-adapter` 0.0.1 is an unrelated
 # project whose folder (`mcore-adapter`) no import reaches, so the distribution alone says nothing.
-PRESENCE_ONLY: Tuple[str, ...] = ("xtuner.v1", "flash_attn_3", "mcore_adapter")
+# flash_attn_3.flash_attn_interface: where TransformerEngine's and Megatron-Core's FlashAttention-3
+# import looks; a hopper/ build installs flash_attn_interface only at the top level, and TE's
+# install steps copy it into flash_attn_3/ by hand.
+PRESENCE_ONLY: Tuple[str, ...] = ("xtuner.v1", "flash_attn_3", "mcore_adapter", "flash_attn_3.flash_attn_interface")
 
 # module -> distributions whose presence means the import is worth trying (and whose version
 # the decoder quotes in a fix)

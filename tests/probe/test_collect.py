@@ -120,6 +120,9 @@ def test_cache_is_off_with_the_environment_switch() -> None:
         # PyPI's mcore-adapter 0.0.1 installs a folder named `mcore-adapter`, which `import
         # mcore_adapter` never reaches; ROLL's package installs mcore_adapter/
         ("mcore-adapter", "0.0.1", "mcore_adapter", "mcore-adapter/__init__.py", "mcore_adapter/__init__.py"),
+        # a hopper/ build puts flash_attn_interface at the top level and only _C in flash_attn_3/;
+        # Megatron-Core's and TE's FA3 import needs the copy TE's install steps make
+        ("flash-attn-3", "3.0.0b1", "flash_attn_3.flash_attn_interface", "flash_attn_3/_C.abi3.so", "flash_attn_3/flash_attn_interface.py"),
     ],
 )
 def test_presence_only_modules_are_looked_for_not_read_from_the_distribution(
