@@ -728,6 +728,16 @@ class Workload:
         return self.seq_len_q * max(1, self.num_heads // max(self.num_kv_heads, 1))
 
     @property
+    def fa4_sm12x_fwd_smem(self) -> int:
+        """Shared memory (bytes) of flash-attn-4's forward tile on compute capability 12.x: 128 query
+        rows by 64 keys above head_dim_qk 64, else 128 by 128, one stage, bf16/fp16 Q, K and V
+        tiles with head dims padded to 16 (4.0.0b36 flash_attn/cute/interface.py:360-364; sample 50
+        part 2 and check 2)."""
+        qk = -(-self.head_dim_qk // 16) * 16
+        v = -(-self.head_dim_v // 16) * 16
+        return 384 * qk + 128 * v if self.head_dim_qk > 64 else 512 * qk + 256 * v
+
+    @property
     def tp_local_kv_heads(self) -> int:
         return max(1, self.num_kv_heads // self.tensor_parallel)
 
@@ -881,6 +891,7 @@ WORKLOAD_DERIVED = (
     "batch_heads",
     "queries_per_batch_head",
     "flex_decode_rows",
+    "fa4_sm12x_fwd_smem",
 )
 # workload fields whose None means "not known" rather than a value a rule can compare with:
 # a rule that reads one is then not evaluated (the others' None means "not stated", a value)

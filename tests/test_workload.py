@@ -301,6 +301,17 @@ def test_flex_decode_rows_counts_a_one_token_query_once_per_query_head_of_a_grou
     assert Workload(num_heads=32, num_kv_heads=8, seq_len_q=5, seq_len_kv=1024).flex_decode_rows == 20
 
 
+def test_fa4_sm12x_forward_tile_fits_equal_head_dims_up_to_192() -> None:
+    # flash-attn-4's 12.x forward: 128x64 tile above head_dim 64 (Q 256*d, K 128*d, V 128*dv bytes)
+    from doctor.model import WORKLOAD_DERIVED, Workload
+
+    assert "fa4_sm12x_fwd_smem" in WORKLOAD_DERIVED
+    assert Workload(head_dim_qk=192, head_dim_v=192).fa4_sm12x_fwd_smem == 98304
+    assert Workload(head_dim_qk=200, head_dim_v=200).fa4_sm12x_fwd_smem == 106496  # padded to 208
+    assert Workload(head_dim_qk=256, head_dim_v=256).fa4_sm12x_fwd_smem == 131072
+    assert Workload(head_dim_qk=64, head_dim_v=64).fa4_sm12x_fwd_smem == 49152  # 128x128 tile
+
+
 def test_a_plans_context_parallel_change_round_trips_through_the_check_flags() -> None:
     # the fix plan's re-check command carries every context_parallel key a fix may change
     # (a Ulysses wrapper's attention included), so the re-check sees the fixed workload
