@@ -728,6 +728,22 @@ class Workload:
         return self.seq_len_q * max(1, self.num_heads // max(self.num_kv_heads, 1))
 
     @property
+    def gqa_group_pow2(self) -> bool:
+        """The query heads per key/value head are a whole power of two (1 included): torch 2.9+'s
+        flex_decoding takes a grouped query only then (kernel/flex/flex_decoding.py@2.9.0
+        _use_flex_decoding); other groups compile the flex_attention forward for a short query."""
+        if self.num_kv_heads <= 0 or self.num_heads % self.num_kv_heads:
+            return False
+        group = self.num_heads // self.num_kv_heads
+        return group & (group - 1) == 0
+
+    @property
+    def heads_pow2(self) -> bool:
+        """num_heads is a power of two: transformers 4.51+ repeats the key/value heads itself
+        (enable_gqa off) when it is not (integrations/flex_attention.py@4.51.0:210-217)."""
+        return self.num_heads > 0 and self.num_heads & (self.num_heads - 1) == 0
+
+    @property
     def fa4_sm12x_fwd_smem(self) -> int:
         """Shared memory (bytes) of flash-attn-4's forward tile on compute capability 12.x: 128 query
         rows by 64 keys above head_dim_qk 64, else 128 by 128, one stage, bf16/fp16 Q, K and V
@@ -891,6 +907,8 @@ WORKLOAD_DERIVED = (
     "batch_heads",
     "queries_per_batch_head",
     "flex_decode_rows",
+    "gqa_group_pow2",
+    "heads_pow2",
     "fa4_sm12x_fwd_smem",
 )
 # workload fields whose None means "not known" rather than a value a rule can compare with:

@@ -301,6 +301,22 @@ def test_flex_decode_rows_counts_a_one_token_query_once_per_query_head_of_a_grou
     assert Workload(num_heads=32, num_kv_heads=8, seq_len_q=5, seq_len_kv=1024).flex_decode_rows == 20
 
 
+def test_flex_gqa_group_is_a_power_of_two_only_for_whole_power_of_two_groups() -> None:
+    # torch 2.9+'s flex_decoding takes a grouped short query only for a power-of-two group
+    from doctor.model import WORKLOAD_DERIVED, Workload
+
+    assert {"gqa_group_pow2", "heads_pow2"} <= set(WORKLOAD_DERIVED)
+    assert Workload(num_heads=32, num_kv_heads=8).gqa_group_pow2
+    assert Workload(num_heads=12, num_kv_heads=3).gqa_group_pow2  # group 4
+    assert Workload(num_heads=40, num_kv_heads=40).gqa_group_pow2  # group 1
+    assert not Workload(num_heads=12, num_kv_heads=4).gqa_group_pow2  # group 3
+    assert not Workload(num_heads=28, num_kv_heads=4).gqa_group_pow2  # group 7
+    assert not Workload(num_heads=6, num_kv_heads=4).gqa_group_pow2  # not a whole group
+    # transformers 4.51+ repeats the kv heads itself when the query heads are not a power of two
+    assert Workload(num_heads=64, num_kv_heads=8).heads_pow2
+    assert not Workload(num_heads=40, num_kv_heads=8).heads_pow2
+
+
 def test_fa4_sm12x_forward_tile_fits_equal_head_dims_up_to_192() -> None:
     # flash-attn-4's 12.x forward: 128x64 tile above head_dim 64 (Q 256*d, K 128*d, V 128*dv bytes)
     from doctor.model import WORKLOAD_DERIVED, Workload
