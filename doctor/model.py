@@ -754,6 +754,16 @@ class Workload:
         return 384 * qk + 128 * v if self.head_dim_qk > 64 else 512 * qk + 256 * v
 
     @property
+    def fa4_sm12x_bwd_smem(self) -> int:
+        """Shared memory (bytes) of flash-attn-4's backward on compute capability 12.x: 64x64 tiles,
+        one Q/dO stage above head_dim_qk 64 and two up to 64, head dims padded to 32, bf16/fp16 Q,
+        K, V, dO, P and dS tiles plus fp32 LSE and dPsum rows (4.0.0b36 interface.py:2327-2344,
+        flash_bwd.py:72-79 and :333-371; the same at fa4-v4.0.0.beta5/11/20/27)."""
+        qk = -(-self.head_dim_qk // 32) * 32
+        v = -(-self.head_dim_v // 32) * 32
+        return 256 * (qk + v) + 16896 if self.head_dim_qk > 64 else 384 * (qk + v) + 17408
+
+    @property
     def tp_local_kv_heads(self) -> int:
         return max(1, self.num_kv_heads // self.tensor_parallel)
 
@@ -910,6 +920,7 @@ WORKLOAD_DERIVED = (
     "gqa_group_pow2",
     "heads_pow2",
     "fa4_sm12x_fwd_smem",
+    "fa4_sm12x_bwd_smem",
 )
 # workload fields whose None means "not known" rather than a value a rule can compare with:
 # a rule that reads one is then not evaluated (the others' None means "not stated", a value)

@@ -328,6 +328,19 @@ def test_fa4_sm12x_forward_tile_fits_equal_head_dims_up_to_192() -> None:
     assert Workload(head_dim_qk=64, head_dim_v=64).fa4_sm12x_fwd_smem == 49152  # 128x128 tile
 
 
+def test_fa4_sm12x_backward_tiles_fit_160_but_not_168_or_128_by_256() -> None:
+    # flash-attn-4's 12.x backward: 64x64 tiles, head dims padded to 32, one Q/dO stage above 64
+    from doctor.model import WORKLOAD_DERIVED, Workload
+
+    assert "fa4_sm12x_bwd_smem" in WORKLOAD_DERIVED
+    assert Workload(head_dim_qk=160, head_dim_v=160).fa4_sm12x_bwd_smem == 98816  # fits 101376
+    assert Workload(head_dim_qk=168, head_dim_v=168).fa4_sm12x_bwd_smem == 115200  # padded to 192
+    assert Workload(head_dim_qk=128, head_dim_v=256).fa4_sm12x_bwd_smem == 115200
+    assert Workload(head_dim_qk=192, head_dim_v=128).fa4_sm12x_bwd_smem == 98816  # DeepSeek MLA
+    assert Workload(head_dim_qk=64, head_dim_v=64).fa4_sm12x_bwd_smem == 66560  # two stages
+    assert Workload(head_dim_qk=64, head_dim_v=160).fa4_sm12x_bwd_smem == 103424
+
+
 def test_a_plans_context_parallel_change_round_trips_through_the_check_flags() -> None:
     # the fix plan's re-check command carries every context_parallel key a fix may change
     # (a Ulysses wrapper's attention included), so the re-check sees the fixed workload
