@@ -243,7 +243,8 @@ def _no_rocm_build(want: Version) -> Optional[str]:
 
 
 def _rocm_refuses(facts: Facts, want: Version) -> Optional[str]:
-    if (facts.env or {}).get("FLASH_ATTENTION_TRITON_AMD_ENABLE", "").upper() == "TRUE":
+    # flash-attn compares the exact text (v2.8.3 setup.py:65, flash_attn_interface.py:11)
+    if (facts.env or {}).get("FLASH_ATTENTION_TRITON_AMD_ENABLE", "") == "TRUE":
         return None
     no_rocm = _no_rocm_build(want)
     if no_rocm:

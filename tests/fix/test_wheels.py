@@ -170,6 +170,8 @@ def test_flash_attn_rocm_build_per_gpu() -> None:
     assert old_rocm and "ROCm 6.0" in old_rocm
     # the Triton backend, chosen at build and run time, is not judged
     assert why("2.7.4.post1", "AMD Instinct MI100", "9.0", {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE"}) is None
+    # only the exact "TRUE" turns it on (v2.8.3 setup.py:65): "true" builds and runs the CK backend
+    assert why("2.7.4.post1", "AMD Instinct MI100", "9.0", {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "true"})
 
 
 def test_rocm_gpu_names_match_the_catalogue_condition() -> None:
